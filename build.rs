@@ -1,0 +1,53 @@
+//! Generates the C header from `src/ffi` and sets the shared library's
+//! soname and export list.
+//!
+//! The header is written to `$OUT_DIR/eventq.h` on every build; the committed
+//! `include/eventq.h` is only rewritten when `EVENTQ_UPDATE_HEADER=1`
+//! (`make header`). A unit test compares the two, so a stale committed header
+//! fails `make test` instead of silently shipping.
+
+use std::env;
+use std::path::PathBuf;
+
+fn main() {
+    let crate_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
+    let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
+    let major = env::var("CARGO_PKG_VERSION_MAJOR").unwrap();
+    let minor = env::var("CARGO_PKG_VERSION_MINOR").unwrap();
+    let patch = env::var("CARGO_PKG_VERSION_PATCH").unwrap();
+
+    println!("cargo:rerun-if-changed=src/ffi");
+    println!("cargo:rerun-if-changed=cbindgen.toml");
+    println!("cargo:rerun-if-changed=eventq.map");
+    println!("cargo:rerun-if-env-changed=EVENTQ_UPDATE_HEADER");
+
+    // The soname carries the major version only: minor releases stay ABI
+    // compatible. The version script keeps every non-`eventq_*` symbol local.
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libeventq.so.{major}");
+    println!(
+        "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
+        crate_dir.join("eventq.map").display()
+    );
+
+    let mut config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml"))
+        .expect("cbindgen.toml is readable and valid");
+    // Version macros come from Cargo.toml so the header cannot disagree with
+    // the library it describes.
+    config.after_includes = Some(format!(
+        "\n#define EVENTQ_VERSION_MAJOR {major}\n#define EVENTQ_VERSION_MINOR {minor}\n#define EVENTQ_VERSION_PATCH {patch}\n\
+         /* eventq_version() returns this: (major << 16) | (minor << 8) | patch. */\n\
+         #define EVENTQ_VERSION ((EVENTQ_VERSION_MAJOR << 16) | (EVENTQ_VERSION_MINOR << 8) | EVENTQ_VERSION_PATCH)\n\n\
+         /** `low_water` value meaning \"half the capacity\" (see eventq_chan_opts). */\n\
+         #define EVENTQ_LOW_WATER_DEFAULT SIZE_MAX\n"
+    ));
+
+    let bindings = cbindgen::Builder::new()
+        .with_crate(&crate_dir)
+        .with_config(config)
+        .generate()
+        .expect("cbindgen generates the header");
+    bindings.write_to_file(out_dir.join("eventq.h"));
+    if env::var_os("EVENTQ_UPDATE_HEADER").is_some_and(|v| v == "1") {
+        bindings.write_to_file(crate_dir.join("include/eventq.h"));
+    }
+}

@@ -1,0 +1,80 @@
+//! The library's error type. Every variant maps to one errno, which is what
+//! the C ABI returns (negated) and what the Go binding wraps.
+
+use std::fmt;
+use std::io;
+
+/// What went wrong. `errno()` gives the C ABI's code.
+#[derive(Debug)]
+pub enum Error {
+    /// Nothing could be done without waiting, and the caller asked not to
+    /// wait (`EAGAIN`).
+    WouldBlock,
+    /// The caller's timeout passed first (`ETIMEDOUT`).
+    TimedOut,
+    /// The channel is closed: a send is refused, or a receive found it
+    /// closed and drained (end of stream) (`EPIPE`).
+    Closed,
+    /// The message is longer than the channel's maximum message size
+    /// (`EMSGSIZE`).
+    TooLarge { len: usize, max: usize },
+    /// The receive buffer is smaller than the message at the head, which
+    /// stays queued (`EMSGSIZE`).
+    BufferTooSmall { needed: usize },
+    /// A bad argument (`EINVAL`); the text says which.
+    Invalid(&'static str),
+    /// The operating system refused (`EMFILE`, `ENOMEM`, ...).
+    Os(io::Error),
+}
+
+impl Error {
+    /// The positive errno this error stands for.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::WouldBlock => libc::EAGAIN,
+            Error::TimedOut => libc::ETIMEDOUT,
+            Error::Closed => libc::EPIPE,
+            Error::TooLarge { .. } | Error::BufferTooSmall { .. } => libc::EMSGSIZE,
+            Error::Invalid(_) => libc::EINVAL,
+            Error::Os(e) => e.raw_os_error().unwrap_or(libc::EIO),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::WouldBlock => f.write_str("operation would block"),
+            Error::TimedOut => f.write_str("timed out"),
+            Error::Closed => f.write_str("channel closed"),
+            Error::TooLarge { len, max } => {
+                write!(f, "message of {len} bytes exceeds the maximum of {max}")
+            }
+            Error::BufferTooSmall { needed } => {
+                write!(
+                    f,
+                    "receive buffer too small: the message needs {needed} bytes"
+                )
+            }
+            Error::Invalid(what) => write!(f, "invalid argument: {what}"),
+            Error::Os(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Os(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Error {
+        Error::Os(e)
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

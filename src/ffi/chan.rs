@@ -1,0 +1,563 @@
+//! `eventq_chan_*` and `eventq_msg_*`: the channel's C ABI.
+
+use std::ffi::{c_int, c_void};
+use std::ptr;
+use std::slice;
+
+use super::{boundary, check, count, einval, neg, wait_of, PANIC};
+use crate::chan::{Chan, Options, Stats};
+
+/// A channel handle. Each handle is freed once with `eventq_chan_free`; the
+/// channel lives until its last handle is freed.
+pub struct eventq_chan(Chan);
+
+/// A received message owned by the caller; free it with `eventq_msg_free`.
+pub struct eventq_msg(Vec<u8>);
+
+/// `low_water` value meaning "half the capacity". The header defines it as
+/// `SIZE_MAX` (build.rs), which cbindgen cannot spell.
+pub const EVENTQ_LOW_WATER_DEFAULT: usize = usize::MAX;
+
+/// Maximum message size when the options set neither it nor a byte limit.
+pub const EVENTQ_DEFAULT_MAX_MSG_SIZE: usize = 1 << 20;
+const _: () = assert!(EVENTQ_DEFAULT_MAX_MSG_SIZE == crate::chan::DEFAULT_MAX_MSG_SIZE);
+
+/// Capacity set by `eventq_chan_opts_init`.
+pub const EVENTQ_DEFAULT_CAPACITY: usize = 1024;
+
+/// Called once per message still queued when the last handle is freed.
+pub type eventq_drop_fn = Option<extern "C" fn(userdata: *mut c_void, data: *const u8, len: usize)>;
+
+/// Channel options. Fill with `eventq_chan_opts_init`, then change fields.
+#[repr(C)]
+pub struct eventq_chan_opts {
+    /// Most messages queued at once; at least 1.
+    pub capacity: usize,
+    /// Most bytes queued at once (sum of lengths); 0 for no byte limit.
+    pub max_bytes: usize,
+    /// Longest message accepted; 0 for the default: 1 MiB, or max_bytes if
+    /// smaller. Must not exceed max_bytes when both are set.
+    pub max_msg_size: usize,
+    /// Queue depth at or below which the send fd is raised again after the
+    /// channel was full; below capacity. EVENTQ_LOW_WATER_DEFAULT: capacity/2.
+    pub low_water: usize,
+    /// Optional; called from the thread that frees the last handle, once per
+    /// message still queued, with drop_userdata.
+    pub drop_fn: eventq_drop_fn,
+    pub drop_userdata: *mut c_void,
+}
+
+/// Counters of a channel (see `eventq_chan_stats`).
+#[repr(C)]
+pub struct eventq_chan_stats {
+    /// Messages accepted by sends.
+    pub sent: u64,
+    /// Messages returned by receives.
+    pub received: u64,
+    /// Messages queued now.
+    pub pending: u64,
+    /// Bytes queued now.
+    pub pending_bytes: u64,
+    /// Messages discarded when the last handle was freed
+    /// (see `eventq_chan_free_final`).
+    pub dropped: u64,
+    /// Most messages ever queued at once.
+    pub peak_depth: u64,
+    /// Writes to the receive eventfd: one per empty-to-non-empty transition
+    /// and one at close. Far below `sent` on a busy channel.
+    pub recv_doorbell_rings: u64,
+    /// Writes to the send eventfd: one at creation, one per drain to the
+    /// low-water mark after the channel was full, one at close.
+    pub send_doorbell_rings: u64,
+    /// 1 once the channel is closed.
+    pub closed: u32,
+}
+
+/// A message to send in a batch.
+#[repr(C)]
+pub struct eventq_buf {
+    pub data: *const c_void,
+    pub len: usize,
+}
+
+impl From<Stats> for eventq_chan_stats {
+    fn from(s: Stats) -> eventq_chan_stats {
+        eventq_chan_stats {
+            sent: s.sent,
+            received: s.received,
+            pending: s.pending,
+            pending_bytes: s.pending_bytes,
+            dropped: s.dropped,
+            peak_depth: s.peak_depth,
+            recv_doorbell_rings: s.recv_doorbell_rings,
+            send_doorbell_rings: s.send_doorbell_rings,
+            closed: s.closed.into(),
+        }
+    }
+}
+
+/// The user's drop hook, made callable from whichever thread frees last.
+struct DropHook {
+    f: extern "C" fn(*mut c_void, *const u8, usize),
+    userdata: *mut c_void,
+}
+
+impl DropHook {
+    fn call(&self, msg: &[u8]) {
+        (self.f)(self.userdata, msg.as_ptr(), msg.len());
+    }
+}
+
+// SAFETY: the header documents that drop_fn runs on the thread that frees
+// the last handle, so the caller vouches that userdata may be used there.
+unsafe impl Send for DropHook {}
+// SAFETY: the hook is called by one thread only (the last free).
+unsafe impl Sync for DropHook {}
+
+fn chan_ref<'a>(chan: *const eventq_chan) -> Result<&'a Chan, c_int> {
+    // SAFETY: a non-NULL chan is a live handle from eventq_chan_new or
+    // eventq_chan_clone, as the header requires.
+    unsafe { chan.as_ref() }.map(|c| &c.0).ok_or(-libc::EINVAL)
+}
+
+/// `len` bytes at `data`; NULL is allowed only for length 0.
+fn bytes_in<'a>(data: *const c_void, len: usize) -> Result<&'a [u8], c_int> {
+    if data.is_null() {
+        return if len == 0 { Ok(&[]) } else { einval() };
+    }
+    // SAFETY: the caller passes a buffer of at least len readable bytes.
+    Ok(unsafe { slice::from_raw_parts(data.cast::<u8>(), len) })
+}
+
+/// `cap` writable bytes at `buf`; NULL is allowed only for capacity 0.
+fn bytes_out<'a>(buf: *mut c_void, cap: usize) -> Result<&'a mut [u8], c_int> {
+    if buf.is_null() {
+        return if cap == 0 { Ok(&mut []) } else { einval() };
+    }
+    // SAFETY: the caller passes a buffer of at least cap writable bytes that
+    // nothing else accesses during the call.
+    Ok(unsafe { slice::from_raw_parts_mut(buf.cast::<u8>(), cap) })
+}
+
+/// Writes `v` through `out` (checked non-NULL by the caller).
+fn put<T>(out: *mut T, v: T) {
+    // SAFETY: out is non-NULL and points to writable storage for a T, as the
+    // header requires; it may be uninitialised, so write without dropping.
+    unsafe { out.write(v) }
+}
+
+/// Fills `opts` with the defaults: capacity EVENTQ_DEFAULT_CAPACITY, no byte
+/// limit, default maximum message size, low water at half the capacity, no
+/// drop hook. Returns 0, or -EINVAL if opts is NULL.
+///
+/// Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn eventq_chan_opts_init(opts: *mut eventq_chan_opts) -> c_int {
+    boundary!(PANIC, {
+        if opts.is_null() {
+            return -libc::EINVAL;
+        }
+        put(
+            opts,
+            eventq_chan_opts {
+                capacity: EVENTQ_DEFAULT_CAPACITY,
+                max_bytes: 0,
+                max_msg_size: 0,
+                low_water: EVENTQ_LOW_WATER_DEFAULT,
+                drop_fn: None,
+                drop_userdata: ptr::null_mut(),
+            },
+        );
+        0
+    })
+}
+
+/// Creates a channel and writes its first handle to `*out`. `opts` may be
+/// NULL for the defaults of `eventq_chan_opts_init`.
+///
+/// Returns 0; -EINVAL for a NULL out, zero capacity, max_msg_size above
+/// max_bytes, or low_water not below capacity; -EMFILE/-ENFILE when no fd
+/// is left for its two eventfds; -ENOMEM.
+///
+/// Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn eventq_chan_new(
+    opts: *const eventq_chan_opts,
+    out: *mut *mut eventq_chan,
+) -> c_int {
+    boundary!(PANIC, {
+        if out.is_null() {
+            return -libc::EINVAL;
+        }
+        // SAFETY: a non-NULL opts points to an initialised eventq_chan_opts.
+        let options = match unsafe { opts.as_ref() } {
+            None => Options::new(EVENTQ_DEFAULT_CAPACITY),
+            Some(o) => {
+                let mut options = Options::new(o.capacity);
+                if o.max_bytes != 0 {
+                    options = options.max_bytes(o.max_bytes);
+                }
+                if o.max_msg_size != 0 {
+                    options = options.max_msg_size(o.max_msg_size);
+                }
+                if o.low_water != EVENTQ_LOW_WATER_DEFAULT {
+                    options = options.low_water(o.low_water);
+                }
+                if let Some(f) = o.drop_fn {
+                    let hook = DropHook {
+                        f,
+                        userdata: o.drop_userdata,
+                    };
+                    options = options.on_drop(move |m| hook.call(m));
+                }
+                options
+            }
+        };
+        match Chan::new(options) {
+            Ok(chan) => {
+                put(out, Box::into_raw(Box::new(eventq_chan(chan))));
+                0
+            }
+            Err(e) => neg(&e),
+        }
+    })
+}
+
+/// A new handle to the same channel, for another thread or owner; free each
+/// handle once. NULL for a NULL chan.
+///
+/// Thread safety: any thread, concurrently with any call on other handles or
+/// this one (except its free).
+#[no_mangle]
+pub extern "C" fn eventq_chan_clone(chan: *const eventq_chan) -> *mut eventq_chan {
+    boundary!(ptr::null_mut(), {
+        match chan_ref(chan) {
+            Ok(c) => Box::into_raw(Box::new(eventq_chan(c.clone()))),
+            Err(_) => ptr::null_mut(),
+        }
+    })
+}
+
+/// Frees a handle. When it is the last, the channel goes away: messages
+/// still queued are discarded (each passed to drop_fn) and its fds closed.
+/// NULL is a no-op. Freeing does not close the channel for other handles.
+///
+/// Thread safety: any thread; the handle must not be used after or during.
+#[no_mangle]
+pub extern "C" fn eventq_chan_free(chan: *mut eventq_chan) {
+    boundary!((), {
+        if !chan.is_null() {
+            // SAFETY: chan came from Box::into_raw in eventq_chan_new or
+            // eventq_chan_clone and is freed once, as the header requires.
+            drop(unsafe { Box::from_raw(chan) });
+        }
+    })
+}
+
+/// Frees a handle like `eventq_chan_free`. If it was the last, writes the
+/// channel's final counters to `*out` (with `dropped`, the messages
+/// discarded) and returns 1; otherwise returns 0 and leaves `*out` alone.
+/// -EINVAL (and nothing freed) when chan or out is NULL.
+///
+/// Thread safety: as `eventq_chan_free`.
+#[no_mangle]
+pub extern "C" fn eventq_chan_free_final(
+    chan: *mut eventq_chan,
+    out: *mut eventq_chan_stats,
+) -> c_int {
+    boundary!(PANIC, {
+        if chan.is_null() || out.is_null() {
+            return -libc::EINVAL;
+        }
+        // SAFETY: as in eventq_chan_free.
+        let handle = unsafe { Box::from_raw(chan) };
+        match handle.0.into_final_stats() {
+            Some(s) => {
+                put(out, s.into());
+                1
+            }
+            None => 0,
+        }
+    })
+}
+
+/// The fd to poll for input: readable exactly while messages are pending or
+/// the channel is closed (D4). Owned by the channel: poll it, never read,
+/// write or close it. -EINVAL for NULL.
+///
+/// Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn eventq_chan_recv_fd(chan: *const eventq_chan) -> c_int {
+    boundary!(PANIC, { check!(chan_ref(chan)).recv_fd() })
+}
+
+/// The fd to poll for room: not readable while the channel is full and open;
+/// readable once it drains to the low-water mark, or is closed (D5). After a
+/// send refused for lack of room it stays down until the next receive that
+/// leaves the queue at or below low water. Owned by the channel: poll it,
+/// never read, write or close it. -EINVAL for NULL.
+///
+/// Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn eventq_chan_send_fd(chan: *const eventq_chan) -> c_int {
+    boundary!(PANIC, { check!(chan_ref(chan)).send_fd() })
+}
+
+/// Queues a copy of the `len` bytes at `data` (NULL only with len 0; empty
+/// messages are messages). Waits for room as `timeout_ns` says.
+///
+/// Returns 0; -EAGAIN (timeout 0) or -ETIMEDOUT when there was no room;
+/// -EPIPE when closed; -EMSGSIZE when len exceeds the maximum message size;
+/// -EINVAL for a NULL chan, NULL data with len > 0, or a timeout below
+/// EVENTQ_FOREVER. On any error nothing was queued.
+///
+/// Thread safety: any thread, concurrently with any other call.
+#[no_mangle]
+pub extern "C" fn eventq_chan_send(
+    chan: *const eventq_chan,
+    data: *const c_void,
+    len: usize,
+    timeout_ns: i64,
+) -> c_int {
+    boundary!(PANIC, {
+        let chan = check!(chan_ref(chan));
+        let msg = check!(bytes_in(data, len));
+        let wait = check!(wait_of(timeout_ns));
+        match chan.send(msg, wait) {
+            Ok(()) => 0,
+            Err(e) => neg(&e),
+        }
+    })
+}
+
+/// Queues copies of a prefix of `msgs[0..count]`, in order, as many as fit;
+/// waits (as `timeout_ns` says) only until the first fits. Returns how many
+/// were queued (0 for count 0); the rest were not and stay the caller's. A
+/// message over the size limit ends the prefix.
+///
+/// Errors (nothing queued): -EAGAIN, -ETIMEDOUT, -EPIPE as for
+/// `eventq_chan_send`; -EMSGSIZE when msgs[0] is too long; -EINVAL for a NULL
+/// chan, NULL msgs with count > 0, count > INT_MAX, any NULL data with len > 0,
+/// or a bad timeout.
+///
+/// Thread safety: any thread, concurrently with any other call.
+#[no_mangle]
+pub extern "C" fn eventq_chan_send_batch(
+    chan: *const eventq_chan,
+    msgs: *const eventq_buf,
+    count_: usize,
+    timeout_ns: i64,
+) -> c_int {
+    boundary!(PANIC, {
+        let chan = check!(chan_ref(chan));
+        let wait = check!(wait_of(timeout_ns));
+        if count_ > c_int::MAX as usize {
+            return -libc::EINVAL;
+        }
+        let bufs: &[eventq_buf] = if msgs.is_null() {
+            if count_ != 0 {
+                return -libc::EINVAL;
+            }
+            &[]
+        } else {
+            // SAFETY: msgs points to count initialised eventq_buf entries.
+            unsafe { slice::from_raw_parts(msgs, count_) }
+        };
+        // Check every entry before queueing any, so a bad pointer late in
+        // the batch cannot leave a half-sent batch behind an error.
+        if bufs.iter().any(|b| b.data.is_null() && b.len != 0) {
+            return -libc::EINVAL;
+        }
+        let iter = bufs.iter().map(|b| bytes_in(b.data, b.len).unwrap_or(&[]));
+        match chan.send_batch(iter, wait) {
+            Ok(n) => count(n),
+            Err(e) => neg(&e),
+        }
+    })
+}
+
+/// Receives the head message into `buf` (`cap` bytes; NULL only with cap 0)
+/// and writes its length to `*len`.
+///
+/// Returns 0. -EMSGSIZE when cap is smaller than the message: the message
+/// stays at the head and `*len` receives the length it needs (the one
+/// out-parameter written on an error). -EAGAIN (timeout 0) or -ETIMEDOUT
+/// when nothing came; -EPIPE when the channel is closed and drained (end of
+/// stream); -EINVAL for a NULL chan or len, NULL buf with cap > 0, or a bad
+/// timeout.
+///
+/// Thread safety: any thread, concurrently with any other call.
+#[no_mangle]
+pub extern "C" fn eventq_chan_recv(
+    chan: *const eventq_chan,
+    buf: *mut c_void,
+    cap: usize,
+    len: *mut usize,
+    timeout_ns: i64,
+) -> c_int {
+    boundary!(PANIC, {
+        let chan = check!(chan_ref(chan));
+        if len.is_null() {
+            return -libc::EINVAL;
+        }
+        let buf = check!(bytes_out(buf, cap));
+        let wait = check!(wait_of(timeout_ns));
+        match chan.recv_into(buf, wait) {
+            Ok(n) => {
+                put(len, n);
+                0
+            }
+            Err(e) => {
+                if let crate::Error::BufferTooSmall { needed } = e {
+                    put(len, needed);
+                }
+                neg(&e)
+            }
+        }
+    })
+}
+
+/// Receives the head message without copying it and writes an owned
+/// message to `*out`; read it with `eventq_msg_data`/`eventq_msg_len`, free
+/// it with `eventq_msg_free`. It outlives the channel.
+///
+/// Returns 0; -EAGAIN, -ETIMEDOUT, -EPIPE (end of stream) as for
+/// `eventq_chan_recv`; -EINVAL for a NULL chan or out, or a bad timeout.
+///
+/// Thread safety: any thread, concurrently with any other call.
+#[no_mangle]
+pub extern "C" fn eventq_chan_recv_msg(
+    chan: *const eventq_chan,
+    out: *mut *mut eventq_msg,
+    timeout_ns: i64,
+) -> c_int {
+    boundary!(PANIC, {
+        let chan = check!(chan_ref(chan));
+        if out.is_null() {
+            return -libc::EINVAL;
+        }
+        let wait = check!(wait_of(timeout_ns));
+        match chan.recv(wait) {
+            Ok(m) => {
+                put(out, Box::into_raw(Box::new(eventq_msg(m))));
+                0
+            }
+            Err(e) => neg(&e),
+        }
+    })
+}
+
+/// Receives up to `max_msgs` messages, packed back to back into `buf` (`cap`
+/// bytes), each length written to `lens[i]`; waits (as `timeout_ns` says)
+/// only for the first. Returns the count (0 when max_msgs is 0). Stops before
+/// a message that does not fit.
+///
+/// -EMSGSIZE when the head message alone does not fit: nothing is taken and
+/// `lens[0]` receives the length it needs. Otherwise errors as for
+/// `eventq_chan_recv`; -EINVAL also for NULL lens with max_msgs > 0.
+///
+/// Thread safety: any thread, concurrently with any other call.
+#[no_mangle]
+pub extern "C" fn eventq_chan_recv_batch(
+    chan: *const eventq_chan,
+    buf: *mut c_void,
+    cap: usize,
+    lens: *mut usize,
+    max_msgs: usize,
+    timeout_ns: i64,
+) -> c_int {
+    boundary!(PANIC, {
+        let chan = check!(chan_ref(chan));
+        let buf = check!(bytes_out(buf, cap));
+        let wait = check!(wait_of(timeout_ns));
+        let max_msgs = max_msgs.min(c_int::MAX as usize);
+        let lens: &mut [usize] = if lens.is_null() {
+            if max_msgs != 0 {
+                return -libc::EINVAL;
+            }
+            &mut []
+        } else {
+            // SAFETY: lens points to max_msgs writable size_t entries.
+            unsafe { slice::from_raw_parts_mut(lens, max_msgs) }
+        };
+        match chan.recv_batch(buf, lens, wait) {
+            Ok(n) => count(n),
+            Err(e) => {
+                if let crate::Error::BufferTooSmall { needed } = e {
+                    lens[0] = needed;
+                }
+                neg(&e)
+            }
+        }
+    })
+}
+
+/// Closes the channel for every handle (D6): sends fail with -EPIPE from now
+/// on, queued messages stay receivable, receives report -EPIPE once drained,
+/// both fds become and stay readable, and every blocked sender and receiver
+/// wakes. Returns 0, also when already closed; -EINVAL for NULL.
+///
+/// Thread safety: any thread, concurrently with any other call.
+#[no_mangle]
+pub extern "C" fn eventq_chan_close(chan: *const eventq_chan) -> c_int {
+    boundary!(PANIC, {
+        check!(chan_ref(chan)).close();
+        0
+    })
+}
+
+/// Writes a snapshot of the channel's counters to `*out`. Returns 0, or
+/// -EINVAL for a NULL chan or out.
+///
+/// Thread safety: any thread, concurrently with any other call.
+#[no_mangle]
+pub extern "C" fn eventq_chan_stats(
+    chan: *const eventq_chan,
+    out: *mut eventq_chan_stats,
+) -> c_int {
+    boundary!(PANIC, {
+        let chan = check!(chan_ref(chan));
+        if out.is_null() {
+            return -libc::EINVAL;
+        }
+        put(out, chan.stats().into());
+        0
+    })
+}
+
+/// The bytes of a received message; NULL for a NULL msg. Valid until
+/// `eventq_msg_free`.
+///
+/// Thread safety: any thread that owns the message.
+#[no_mangle]
+pub extern "C" fn eventq_msg_data(msg: *const eventq_msg) -> *const u8 {
+    boundary!(ptr::null(), {
+        // SAFETY: a non-NULL msg is a live message from eventq_chan_recv_msg.
+        unsafe { msg.as_ref() }.map_or(ptr::null(), |m| m.0.as_ptr())
+    })
+}
+
+/// The length of a received message; 0 for a NULL msg.
+///
+/// Thread safety: any thread that owns the message.
+#[no_mangle]
+pub extern "C" fn eventq_msg_len(msg: *const eventq_msg) -> usize {
+    boundary!(0, {
+        // SAFETY: as in eventq_msg_data.
+        unsafe { msg.as_ref() }.map_or(0, |m| m.0.len())
+    })
+}
+
+/// Frees a received message. NULL is a no-op.
+///
+/// Thread safety: any thread that owns the message.
+#[no_mangle]
+pub extern "C" fn eventq_msg_free(msg: *mut eventq_msg) {
+    boundary!((), {
+        if !msg.is_null() {
+            // SAFETY: msg came from Box::into_raw in eventq_chan_recv_msg and
+            // is freed once.
+            drop(unsafe { Box::from_raw(msg) });
+        }
+    })
+}

@@ -1,0 +1,21 @@
+//! libeventq: per-event message delivery between threads and into event
+//! loops.
+//!
+//! An eventfd is a counter: several writes sum into one read, so using it to
+//! carry data merges events. libeventq keeps the data in a bounded FIFO and
+//! uses eventfds only as level-triggered doorbells that track the queue
+//! exactly, so any poll/epoll loop can wait on a channel and receive every
+//! message once, whole and in order. See `docs/design.md` for the contract
+//! (D1-D8).
+//!
+//! - [`chan`]: the channel ([`Chan`]).
+//! - [`sys`]: the fd wrappers (eventfd, poll).
+//! - `ffi`: the C ABI (`include/eventq.h`).
+
+pub mod chan;
+pub mod error;
+pub mod ffi;
+pub mod sys;
+
+pub use chan::{Chan, Options, Stats, Wait};
+pub use error::{Error, Result};
