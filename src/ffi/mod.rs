@@ -7,6 +7,10 @@
 //! only on success.
 
 #![allow(non_camel_case_types)]
+// Exports are called from C, where an `unsafe` marker on the Rust side means
+// nothing; the header states each pointer's requirements instead, and the
+// derefs sit in `unsafe` blocks with their SAFETY lines.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use std::ffi::{c_char, c_int, CStr};
 use std::time::Duration;
