@@ -34,6 +34,33 @@
 
 
 /**
+ * Channel messages a channel source delivers per iteration unless set
+ * otherwise (folly's NotificationQueue uses the same default).
+ */
+#define DEFAULT_BUDGET 10
+
+/**
+ * Pending posts a loop holds before `post` fails with `WouldBlock`.
+ */
+#define POST_CAPACITY 4096
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+/**
  * Wait without limit (`timeout_ns` argument of sends and receives).
  */
 #define EVENTQ_FOREVER -1
@@ -49,15 +76,57 @@
 #define EVENTQ_DEFAULT_CAPACITY 1024
 
 /**
+ * fd readiness flags: the epoll values.
+ */
+#define EVENTQ_IN 1
+
+#define EVENTQ_PRI 2
+
+#define EVENTQ_OUT 4
+
+/**
+ * Always reported, whether asked for or not.
+ */
+#define EVENTQ_ERR 8
+
+/**
+ * Always reported, whether asked for or not.
+ */
+#define EVENTQ_HUP 16
+
+#define EVENTQ_RDHUP 8192
+
+/**
+ * Edge-triggered: report each change once instead of the level.
+ */
+#define EVENTQ_EDGE (1 << 31)
+
+/**
+ * Disable the source after one event; `eventq_source_set_enabled(src, 1)`
+ * re-arms it.
+ */
+#define EVENTQ_ONESHOT (1 << 30)
+
+/**
  * A channel handle. Each handle is freed once with `eventq_chan_free`; the
  * channel lives until its last handle is freed.
  */
 typedef struct eventq_chan eventq_chan;
 
 /**
+ * An event loop. Free with `eventq_loop_free`.
+ */
+typedef struct eventq_loop eventq_loop;
+
+/**
  * A received message owned by the caller; free it with `eventq_msg_free`.
  */
 typedef struct eventq_msg eventq_msg;
+
+/**
+ * A source of a loop (see `eventq_loop_add_fd` and the other adds).
+ */
+typedef struct eventq_source eventq_source;
 
 /**
  * Called once per message still queued when the last handle is freed.
@@ -146,6 +215,45 @@ typedef struct eventq_buf {
   const void *data;
   size_t len;
 } eventq_buf;
+
+/**
+ * A task posted with `eventq_loop_post`.
+ */
+typedef void (*eventq_post_fn)(void *arg);
+
+/**
+ * An fd source is ready; `revents` holds the EVENTQ_* flags set. Return 0,
+ * or a negative errno to disable the source (see `eventq_source_error`).
+ */
+typedef int (*eventq_fd_fn)(struct eventq_source *src, int fd, uint32_t revents, void *userdata);
+
+/**
+ * Runs once with the userdata when its source goes away: removed, freed
+ * with its loop, or, if the add call fails, before that call returns.
+ */
+typedef void (*eventq_destroy_fn)(void *userdata);
+
+/**
+ * A timer expired `expirations` times since the last call (above 1: some
+ * were missed; the period does not drift). Return as for eventq_fd_fn.
+ */
+typedef int (*eventq_timer_fn)(struct eventq_source *src, uint64_t expirations, void *userdata);
+
+/**
+ * A channel source's next message, `len` bytes at `data` (valid during the
+ * call only). `data` is NULL exactly once, after the last message of a
+ * closed channel (end of stream); the source is then disabled. Empty
+ * messages have a non-NULL `data`. Return as for eventq_fd_fn.
+ */
+typedef int (*eventq_chan_fn)(struct eventq_source *src,
+                              const void *data,
+                              size_t len,
+                              void *userdata);
+
+/**
+ * A signal source's signal arrived. Return as for eventq_fd_fn.
+ */
+typedef int (*eventq_signal_fn)(struct eventq_source *src, int signo, void *userdata);
 
 #ifdef __cplusplus
 extern "C" {
@@ -368,6 +476,233 @@ size_t eventq_msg_len(const struct eventq_msg *msg);
  * Thread safety: any thread that owns the message.
  */
 void eventq_msg_free(struct eventq_msg *msg);
+
+/**
+ * Creates a loop and writes it to `*out`. Returns 0; -EINVAL for NULL out;
+ * -EMFILE/-ENFILE/-ENOMEM.
+ *
+ * Thread safety: any thread.
+ */
+int eventq_loop_new(struct eventq_loop **out);
+
+/**
+ * Frees a loop: every source goes away (destroy hooks run, here), posts not
+ * yet run are discarded unrun, and source handles still held fail with
+ * -ESTALE from now on (free them as usual). NULL is a no-op.
+ *
+ * Thread safety: not while the loop runs or other threads use it.
+ */
+void eventq_loop_free(struct eventq_loop *lp);
+
+/**
+ * The loop's own fd: readable while some source has work. To embed the loop
+ * in another, poll this fd there and call `eventq_loop_run_once(lp, 0)` when
+ * it is readable. -EINVAL for NULL.
+ *
+ * Thread safety: any thread.
+ */
+int eventq_loop_fd(const struct eventq_loop *lp);
+
+/**
+ * Runs the loop until `eventq_loop_stop`. Returns 0 when stopped; -EBUSY if
+ * the loop is already being run; -EINVAL for NULL; a negative errno if
+ * epoll fails.
+ *
+ * Thread safety: one thread at a time runs a loop.
+ */
+int eventq_loop_run(const struct eventq_loop *lp);
+
+/**
+ * Runs one iteration: waits for events (EVENTQ_FOREVER without limit, 0 not
+ * at all, else at most timeout_ns, rounded up to a millisecond) and
+ * dispatches them. Returns the number of callbacks run (0 on timeout);
+ * -EBUSY if the loop is already being run; -EINVAL for NULL or a bad
+ * timeout.
+ *
+ * Thread safety: one thread at a time runs a loop.
+ */
+int eventq_loop_run_once(const struct eventq_loop *lp, int64_t timeout_ns);
+
+/**
+ * Makes `eventq_loop_run` return after the current iteration; if the loop
+ * is not running, the next run returns at once. Returns 0; -EINVAL for NULL.
+ *
+ * Thread safety: any thread (not from a signal handler).
+ */
+int eventq_loop_stop(const struct eventq_loop *lp);
+
+/**
+ * Runs `fn(arg)` on the loop's thread, after everything posted before it.
+ * Returns 0; -EAGAIN when 4096 posts are already pending; -EINVAL for a
+ * NULL loop or fn. On failure fn never runs. Posts still pending when the
+ * loop is freed never run.
+ *
+ * Thread safety: any thread (not from a signal handler).
+ */
+int eventq_loop_post(const struct eventq_loop *lp, eventq_post_fn f, void *arg);
+
+/**
+ * Watches `fd` for `events` (EVENTQ_IN, _OUT, _PRI, _RDHUP; EVENTQ_ERR and
+ * _HUP are always reported; level-triggered unless EVENTQ_EDGE; with
+ * EVENTQ_ONESHOT disabled after one event). The fd stays the caller's:
+ * remove the source before closing it.
+ *
+ * Every add call takes ownership of userdata: destroy(userdata), if
+ * destroy is not NULL, runs exactly once, when the source goes away
+ * (removed, or its loop freed) or, if the call fails, before it returns.
+ * On failure the callback never runs. `out` may be NULL: the source then
+ * lives until its callback removes it (through its src argument) or the
+ * loop is freed; else `*out` receives a handle, freed with
+ * `eventq_source_free`. Callbacks and destroy run on the loop's thread,
+ * with no library lock held.
+ *
+ * Returns 0; -EINVAL for a NULL loop or cb, unknown flags, or no event
+ * asked for; -EBADF for a bad fd; -EPERM for an fd epoll cannot watch (a
+ * regular file); -EEXIST if the fd is already watched by this loop.
+ *
+ * Thread safety: any thread.
+ */
+int eventq_loop_add_fd(const struct eventq_loop *lp,
+                       int fd,
+                       uint32_t events,
+                       eventq_fd_fn cb,
+                       void *userdata,
+                       eventq_destroy_fn destroy,
+                       struct eventq_source **out);
+
+/**
+ * A timer firing first_ns from now (0: at once), then every interval_ns if
+ * it is not 0 (monotonic clock). A one-shot timer disables itself after
+ * firing; `eventq_source_set_timer` re-arms it. Ownership, `out` and
+ * callbacks as for `eventq_loop_add_fd`.
+ *
+ * Returns 0; -EINVAL for a NULL loop or cb; -EMFILE/-ENFILE.
+ *
+ * Thread safety: any thread.
+ */
+int eventq_loop_add_timer(const struct eventq_loop *lp,
+                          uint64_t first_ns,
+                          uint64_t interval_ns,
+                          eventq_timer_fn cb,
+                          void *userdata,
+                          eventq_destroy_fn destroy,
+                          struct eventq_source **out);
+
+/**
+ * Calls back once per message of `chan`, in order, at most the source's
+ * budget per iteration (default 10, see `eventq_source_set_budget`) so a
+ * busy channel cannot starve other sources; then once with data NULL when
+ * the channel is closed and drained, after which the source is disabled.
+ * The source holds its own reference to the channel. Ownership, `out` and
+ * callbacks as for `eventq_loop_add_fd`.
+ *
+ * Returns 0; -EINVAL for a NULL loop, chan or cb.
+ *
+ * Thread safety: any thread.
+ */
+int eventq_loop_add_chan(const struct eventq_loop *lp,
+                         const struct eventq_chan *chan,
+                         eventq_chan_fn cb,
+                         void *userdata,
+                         eventq_destroy_fn destroy,
+                         struct eventq_source **out);
+
+/**
+ * Calls back when signal `signo` arrives (signalfd). Blocks the signal in
+ * the calling thread; block it in every thread of the process (best before
+ * starting any), or another thread may take it. Ownership, `out` and
+ * callbacks as for `eventq_loop_add_fd`.
+ *
+ * Returns 0; -EINVAL for a NULL loop or cb, or a signal that cannot be
+ * caught (SIGKILL, SIGSTOP, out of range); -EBUSY if the signal already has
+ * a source in this loop.
+ *
+ * Thread safety: any thread.
+ */
+int eventq_loop_add_signal(const struct eventq_loop *lp,
+                           int signo,
+                           eventq_signal_fn cb,
+                           void *userdata,
+                           eventq_destroy_fn destroy,
+                           struct eventq_source **out);
+
+/**
+ * Removes the source: once this returns its callback never runs again,
+ * even for an event already fetched in the current iteration; called from
+ * another thread while that callback runs, it first waits for it to return.
+ * destroy(userdata) runs before this returns, or right after the callback
+ * when called from the source's own callback. The handle stays valid (calls
+ * on it give -ESTALE) until `eventq_source_free`.
+ *
+ * Returns 0; -ESTALE if already removed or the loop is freed; -EINVAL for
+ * NULL.
+ *
+ * Thread safety: any thread; from any callback of the loop.
+ */
+int eventq_source_remove(const struct eventq_source *src);
+
+/**
+ * Removes the source if it is still there, then releases the handle from
+ * an add call's `out`. Only for such handles: never for the `src` pointer
+ * of a source added with `out` NULL. NULL is a no-op.
+ *
+ * Thread safety: as `eventq_source_remove`; the handle is invalid after.
+ */
+void eventq_source_free(struct eventq_source *src);
+
+/**
+ * Enables (non-zero) or disables (0) a source. A disabled source's callback
+ * does not run; enabling re-arms a fired EVENTQ_ONESHOT fd source.
+ *
+ * Returns 0; -ESTALE if removed; -EINVAL for NULL.
+ *
+ * Thread safety: any thread; from any callback of the loop.
+ */
+int eventq_source_set_enabled(const struct eventq_source *src, int enabled);
+
+/**
+ * Changes the events an fd source waits for (flags as for
+ * `eventq_loop_add_fd`).
+ *
+ * Returns 0; -ESTALE if removed; -EINVAL for NULL, bad flags, or a source
+ * that is not an fd source.
+ *
+ * Thread safety: any thread; from any callback of the loop.
+ */
+int eventq_source_set_events(const struct eventq_source *src, uint32_t events);
+
+/**
+ * Re-arms a timer source (and enables it): first_ns from now, then every
+ * interval_ns if not 0.
+ *
+ * Returns 0; -ESTALE if removed; -EINVAL for NULL or a source that is not
+ * a timer.
+ *
+ * Thread safety: any thread; from any callback of the loop.
+ */
+int eventq_source_set_timer(const struct eventq_source *src,
+                            uint64_t first_ns,
+                            uint64_t interval_ns);
+
+/**
+ * Sets how many messages a channel source delivers per loop iteration (at
+ * least 1; default 10).
+ *
+ * Returns 0; -ESTALE if removed; -EINVAL for NULL, 0, or a source that is
+ * not a channel source.
+ *
+ * Thread safety: any thread; from any callback of the loop.
+ */
+int eventq_source_set_budget(const struct eventq_source *src, size_t budget);
+
+/**
+ * The negative code a callback of this source returned, which disabled
+ * it (a callback returning < 0 disables its source; re-enabling clears
+ * nothing), or 0. -ESTALE if removed; -EINVAL for NULL.
+ *
+ * Thread safety: any thread; from any callback of the loop.
+ */
+int eventq_source_error(const struct eventq_source *src);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -23,6 +23,13 @@ pub enum Error {
     BufferTooSmall { needed: usize },
     /// A bad argument (`EINVAL`); the text says which.
     Invalid(&'static str),
+    /// The loop source was removed (or its loop freed) (`ESTALE`).
+    Stale,
+    /// Already in use (`EBUSY`): the loop is being run by another call, or
+    /// the signal already has a source. The text says which.
+    Busy(&'static str),
+    /// A callback failed with this negative code; its source was disabled.
+    Callback(i32),
     /// The operating system refused (`EMFILE`, `ENOMEM`, ...).
     Os(io::Error),
 }
@@ -36,6 +43,9 @@ impl Error {
             Error::Closed => libc::EPIPE,
             Error::TooLarge { .. } | Error::BufferTooSmall { .. } => libc::EMSGSIZE,
             Error::Invalid(_) => libc::EINVAL,
+            Error::Stale => libc::ESTALE,
+            Error::Busy(_) => libc::EBUSY,
+            Error::Callback(code) => code.checked_neg().unwrap_or(libc::EIO).max(1),
             Error::Os(e) => e.raw_os_error().unwrap_or(libc::EIO),
         }
     }
@@ -57,6 +67,9 @@ impl fmt::Display for Error {
                 )
             }
             Error::Invalid(what) => write!(f, "invalid argument: {what}"),
+            Error::Stale => f.write_str("the source was removed, or its loop freed"),
+            Error::Busy(what) => write!(f, "busy: {what}"),
+            Error::Callback(code) => write!(f, "callback failed with {code}"),
             Error::Os(e) => write!(f, "{e}"),
         }
     }

@@ -9,13 +9,17 @@
 //! (D1-D8).
 //!
 //! - [`chan`]: the channel ([`Chan`]).
-//! - [`sys`]: the fd wrappers (eventfd, poll).
+//! - [`event_loop`] (`src/loop.rs`): the epoll loop ([`Loop`]).
+//! - [`sys`]: the fd wrappers (eventfd, epoll, timerfd, signalfd, poll).
 //! - `ffi`: the C ABI (`include/eventq.h`).
 
 pub mod chan;
 pub mod error;
+#[path = "loop.rs"]
+pub mod event_loop;
 pub mod ffi;
 pub mod sys;
 
 pub use chan::{Chan, Options, Stats, Wait};
 pub use error::{Error, Result};
+pub use event_loop::{Event, Loop, LoopHandle, SourceId};

@@ -104,3 +104,180 @@ pub fn poll_fd(fd: RawFd, events: i16, timeout: Option<Duration>) -> io::Result<
 pub fn is_readable(fd: RawFd) -> io::Result<bool> {
     Ok(poll_fd(fd, libc::POLLIN, Some(Duration::ZERO))? & libc::POLLIN != 0)
 }
+
+/// An epoll instance. Its own fd is readable while any registered fd has an
+/// event, which is what lets a loop be embedded in another loop.
+#[derive(Debug)]
+pub struct Epoll(OwnedFd);
+
+impl Epoll {
+    pub fn new() -> io::Result<Epoll> {
+        let fd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
+        // SAFETY: epoll_create1 just returned this fd and nothing else owns it.
+        Ok(Epoll(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    fn ctl(&self, op: i32, fd: RawFd, events: u32, data: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events, u64: data };
+        syscall!(epoll_ctl(self.0.as_raw_fd(), op, fd, &mut ev)).map(drop)
+    }
+
+    pub fn add(&self, fd: RawFd, events: u32, data: u64) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, events, data)
+    }
+
+    pub fn modify(&self, fd: RawFd, events: u32, data: u64) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd, events, data)
+    }
+
+    pub fn delete(&self, fd: RawFd) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0)
+    }
+
+    /// Waits for events; `None` waits without limit. Sub-millisecond
+    /// timeouts round up so a short wait never becomes a busy poll. An
+    /// interrupted wait returns 0 events (the caller loops anyway).
+    pub fn wait(
+        &self,
+        events: &mut [libc::epoll_event],
+        timeout: Option<Duration>,
+    ) -> io::Result<usize> {
+        let ms = match timeout {
+            None => -1,
+            Some(d) => d.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32,
+        };
+        let max = events.len().min(i32::MAX as usize) as i32;
+        match syscall!(epoll_wait(self.0.as_raw_fd(), events.as_mut_ptr(), max, ms)) {
+            Ok(n) => Ok(n as usize),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl AsRawFd for Epoll {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// A monotonic timerfd.
+#[derive(Debug)]
+pub struct TimerFd(OwnedFd);
+
+fn timespec(d: Duration) -> libc::timespec {
+    libc::timespec {
+        tv_sec: d.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    }
+}
+
+impl TimerFd {
+    pub fn new() -> io::Result<TimerFd> {
+        let fd = syscall!(timerfd_create(
+            libc::CLOCK_MONOTONIC,
+            libc::TFD_CLOEXEC | libc::TFD_NONBLOCK
+        ))?;
+        // SAFETY: timerfd_create just returned this fd and nothing else owns it.
+        Ok(TimerFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Arms the timer to fire `first` from now, then every `interval`
+    /// (zero: once). A zero `first` would disarm a timerfd, so it becomes
+    /// 1 ns: "now".
+    pub fn set(&self, first: Duration, interval: Duration) -> io::Result<()> {
+        let spec = libc::itimerspec {
+            it_value: timespec(first.max(Duration::from_nanos(1))),
+            it_interval: timespec(interval),
+        };
+        syscall!(timerfd_settime(
+            self.0.as_raw_fd(),
+            0,
+            &spec,
+            std::ptr::null_mut()
+        ))
+        .map(drop)
+    }
+
+    /// Disarms the timer.
+    pub fn disarm(&self) -> io::Result<()> {
+        let zero = timespec(Duration::ZERO);
+        let spec = libc::itimerspec {
+            it_value: zero,
+            it_interval: zero,
+        };
+        syscall!(timerfd_settime(
+            self.0.as_raw_fd(),
+            0,
+            &spec,
+            std::ptr::null_mut()
+        ))
+        .map(drop)
+    }
+
+    /// Expirations since the last read; 0 if none (spurious wake-up).
+    pub fn read(&self) -> io::Result<u64> {
+        let mut buf = [0u8; 8];
+        match retry_eintr(|| syscall!(read(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len())))
+        {
+            Ok(_) => Ok(u64::from_ne_bytes(buf)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl AsRawFd for TimerFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// A signalfd for one signal. Creating it blocks the signal in the calling
+/// thread (a signalfd only sees signals that are blocked); the process's
+/// other threads must block it too, or the kernel may deliver it to them.
+#[derive(Debug)]
+pub struct SignalFd(OwnedFd);
+
+impl SignalFd {
+    pub fn new(signo: i32) -> io::Result<SignalFd> {
+        // SAFETY: sigset_t is plain data; sigemptyset initialises it.
+        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        syscall!(sigemptyset(&mut set))?;
+        syscall!(sigaddset(&mut set, signo))?;
+        // pthread_sigmask returns the error number instead of setting errno.
+        // SAFETY: set is initialised; the old mask is not wanted.
+        let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        let fd = syscall!(signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK))?;
+        // SAFETY: signalfd just returned this fd and nothing else owns it.
+        Ok(SignalFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// The number of the next pending signal, `None` if none is pending.
+    pub fn read(&self) -> io::Result<Option<i32>> {
+        // SAFETY: signalfd_siginfo is plain data.
+        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::signalfd_siginfo>();
+        let res = retry_eintr(|| {
+            syscall!(read(
+                self.0.as_raw_fd(),
+                (&mut info as *mut libc::signalfd_siginfo).cast(),
+                size
+            ))
+        });
+        match res {
+            Ok(_) => Ok(Some(info.ssi_signo as i32)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl AsRawFd for SignalFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}

@@ -4,7 +4,7 @@ use std::ffi::{c_int, c_void};
 use std::ptr;
 use std::slice;
 
-use super::{boundary, check, count, einval, neg, wait_of, PANIC};
+use super::{boundary, check, count, einval, neg, put, wait_of, PANIC};
 use crate::chan::{Chan, Options, Stats};
 
 /// A channel handle. Each handle is freed once with `eventq_chan_free`; the
@@ -114,7 +114,7 @@ unsafe impl Send for DropHook {}
 // SAFETY: the hook is called by one thread only (the last free).
 unsafe impl Sync for DropHook {}
 
-fn chan_ref<'a>(chan: *const eventq_chan) -> Result<&'a Chan, c_int> {
+pub(crate) fn chan_ref<'a>(chan: *const eventq_chan) -> Result<&'a Chan, c_int> {
     // SAFETY: a non-NULL chan is a live handle from eventq_chan_new or
     // eventq_chan_clone, as the header requires.
     unsafe { chan.as_ref() }.map(|c| &c.0).ok_or(-libc::EINVAL)
@@ -137,13 +137,6 @@ fn bytes_out<'a>(buf: *mut c_void, cap: usize) -> Result<&'a mut [u8], c_int> {
     // SAFETY: the caller passes a buffer of at least cap writable bytes that
     // nothing else accesses during the call.
     Ok(unsafe { slice::from_raw_parts_mut(buf.cast::<u8>(), cap) })
-}
-
-/// Writes `v` through `out` (checked non-NULL by the caller).
-fn put<T>(out: *mut T, v: T) {
-    // SAFETY: out is non-NULL and points to writable storage for a T, as the
-    // header requires; it may be uninitialised, so write without dropping.
-    unsafe { out.write(v) }
 }
 
 /// Fills `opts` with the defaults: capacity EVENTQ_DEFAULT_CAPACITY, no byte

@@ -19,6 +19,8 @@ use crate::chan::Wait;
 use crate::error::Error;
 
 pub mod chan;
+#[path = "loop.rs"]
+pub mod event_loop;
 
 /// Runs an export's body, turning a panic into `$on_panic` so no unwind
 /// crosses the ABI. `return` inside the body returns from the export.
@@ -69,6 +71,13 @@ pub(crate) fn wait_of(timeout_ns: i64) -> Result<Wait, c_int> {
         ns if ns > 0 => Ok(Wait::For(Duration::from_nanos(ns as u64))),
         _ => einval(),
     }
+}
+
+/// Writes `v` through `out` (checked non-NULL by the caller).
+pub(crate) fn put<T>(out: *mut T, v: T) {
+    // SAFETY: out is non-NULL and points to writable storage for a T, as the
+    // header requires; it may be uninitialised, so write without dropping.
+    unsafe { out.write(v) }
 }
 
 /// A count returned as `int`.

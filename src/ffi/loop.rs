@@ -1,0 +1,619 @@
+//! `eventq_loop_*` and `eventq_source_*`: the loop's C ABI.
+//!
+//! A source handle (`eventq_source`) is reference-counted: the source holds
+//! one reference (the pointer its callback receives), and `out` of an add
+//! call receives another, released by `eventq_source_free`. So a handle
+//! stays valid after its source is removed, and calls on it then fail with
+//! -ESTALE instead of touching freed memory.
+
+use std::ffi::{c_int, c_void};
+use std::ptr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::chan::eventq_chan;
+use super::{boundary, check, count, neg, wait_of, PANIC};
+use crate::chan::Wait;
+use crate::error::Error;
+use crate::event_loop::{events, Event, Loop, LoopHandle, SourceId};
+
+/// An event loop. Free with `eventq_loop_free`.
+pub struct eventq_loop(Loop);
+
+/// A source of a loop (see `eventq_loop_add_fd` and the other adds).
+pub struct eventq_source {
+    lp: LoopHandle,
+    id: SourceId,
+}
+
+/// fd readiness flags: the epoll values.
+pub const EVENTQ_IN: u32 = 0x001;
+pub const EVENTQ_PRI: u32 = 0x002;
+pub const EVENTQ_OUT: u32 = 0x004;
+/// Always reported, whether asked for or not.
+pub const EVENTQ_ERR: u32 = 0x008;
+/// Always reported, whether asked for or not.
+pub const EVENTQ_HUP: u32 = 0x010;
+pub const EVENTQ_RDHUP: u32 = 0x2000;
+/// Edge-triggered: report each change once instead of the level.
+pub const EVENTQ_EDGE: u32 = 1 << 31;
+/// Disable the source after one event; `eventq_source_set_enabled(src, 1)`
+/// re-arms it.
+pub const EVENTQ_ONESHOT: u32 = 1 << 30;
+
+const _: () = {
+    assert!(EVENTQ_IN == events::IN && EVENTQ_PRI == events::PRI && EVENTQ_OUT == events::OUT);
+    assert!(
+        EVENTQ_ERR == events::ERR && EVENTQ_HUP == events::HUP && EVENTQ_RDHUP == events::RDHUP
+    );
+    assert!(EVENTQ_EDGE == events::EDGE && EVENTQ_ONESHOT == events::ONESHOT);
+};
+
+/// Runs once with the userdata when its source goes away: removed, freed
+/// with its loop, or, if the add call fails, before that call returns.
+pub type eventq_destroy_fn = Option<extern "C" fn(userdata: *mut c_void)>;
+
+/// An fd source is ready; `revents` holds the EVENTQ_* flags set. Return 0,
+/// or a negative errno to disable the source (see `eventq_source_error`).
+pub type eventq_fd_fn = Option<
+    extern "C" fn(src: *mut eventq_source, fd: c_int, revents: u32, userdata: *mut c_void) -> c_int,
+>;
+
+/// A timer expired `expirations` times since the last call (above 1: some
+/// were missed; the period does not drift). Return as for eventq_fd_fn.
+pub type eventq_timer_fn = Option<
+    extern "C" fn(src: *mut eventq_source, expirations: u64, userdata: *mut c_void) -> c_int,
+>;
+
+/// A channel source's next message, `len` bytes at `data` (valid during the
+/// call only). `data` is NULL exactly once, after the last message of a
+/// closed channel (end of stream); the source is then disabled. Empty
+/// messages have a non-NULL `data`. Return as for eventq_fd_fn.
+pub type eventq_chan_fn = Option<
+    extern "C" fn(
+        src: *mut eventq_source,
+        data: *const c_void,
+        len: usize,
+        userdata: *mut c_void,
+    ) -> c_int,
+>;
+
+/// A signal source's signal arrived. Return as for eventq_fd_fn.
+pub type eventq_signal_fn =
+    Option<extern "C" fn(src: *mut eventq_source, signo: c_int, userdata: *mut c_void) -> c_int>;
+
+/// A task posted with `eventq_loop_post`.
+pub type eventq_post_fn = Option<extern "C" fn(arg: *mut c_void)>;
+
+/// The C side of a source: userdata, its destroy hook, and the source's own
+/// handle reference. Dropped exactly once: when the source goes away, or
+/// when the add call fails.
+struct Hook {
+    userdata: *mut c_void,
+    destroy: eventq_destroy_fn,
+    src: *const eventq_source,
+}
+
+// SAFETY: the header documents that callbacks and destroy hooks run on the
+// loop's thread (or the thread that removes the source or frees the loop),
+// so the caller vouches that userdata may move there.
+unsafe impl Send for Hook {}
+
+impl Hook {
+    fn src(&self) -> *mut eventq_source {
+        self.src.cast_mut()
+    }
+}
+
+impl Drop for Hook {
+    fn drop(&mut self) {
+        if let Some(destroy) = self.destroy {
+            destroy(self.userdata);
+        }
+        if !self.src.is_null() {
+            // SAFETY: src came from Arc::into_raw in `add` and this is the
+            // hook's one reference.
+            drop(unsafe { Arc::from_raw(self.src) });
+        }
+    }
+}
+
+/// A C callback's return as a result.
+fn status(rc: c_int) -> crate::Result<()> {
+    if rc < 0 {
+        Err(Error::Callback(rc))
+    } else {
+        Ok(())
+    }
+}
+
+fn loop_ref<'a>(lp: *const eventq_loop) -> Result<&'a Loop, c_int> {
+    // SAFETY: a non-NULL lp is a live loop from eventq_loop_new.
+    unsafe { lp.as_ref() }.map(|l| &l.0).ok_or(-libc::EINVAL)
+}
+
+/// The live loop and id behind a source handle.
+fn source_ref(src: *const eventq_source) -> Result<(Loop, SourceId), c_int> {
+    // SAFETY: a non-NULL src is a handle from an add call's out (not yet
+    // freed) or the pointer a callback received (valid during the call).
+    let src = unsafe { src.as_ref() }.ok_or(-libc::EINVAL)?;
+    let lp = src.lp.upgrade().map_err(|e| neg(&e))?;
+    Ok((lp, src.id))
+}
+
+fn duration_ns(ns: u64) -> Duration {
+    Duration::from_nanos(ns)
+}
+
+impl Hook {
+    /// Takes ownership of userdata at the start of an add call: from here on
+    /// every path, failure included, runs destroy(userdata) exactly once.
+    fn new(userdata: *mut c_void, destroy: eventq_destroy_fn) -> Hook {
+        Hook {
+            userdata,
+            destroy,
+            src: ptr::null(),
+        }
+    }
+
+    /// Makes the source's handle. Runs under the loop's lock, before the
+    /// callback can run, so the caller's extra reference (for `out`) exists
+    /// before a callback could remove the source and drop the hook's.
+    fn attach(&mut self, lp: &Loop, id: SourceId, out_wanted: bool) -> *mut eventq_source {
+        let src = Arc::into_raw(Arc::new(eventq_source {
+            lp: lp.handle(),
+            id,
+        }));
+        if out_wanted {
+            // SAFETY: src is a live Arc pointer; this reference is the caller's.
+            unsafe { Arc::increment_strong_count(src) };
+        }
+        self.src = src;
+        src.cast_mut()
+    }
+}
+
+/// An add call's result: 0 and the handle in `*out`, or the error.
+fn added(
+    res: crate::Result<SourceId>,
+    out: *mut *mut eventq_source,
+    made: *mut eventq_source,
+) -> c_int {
+    match res {
+        Ok(_) => {
+            if !out.is_null() {
+                super::put(out, made);
+            }
+            0
+        }
+        Err(e) => neg(&e),
+    }
+}
+
+/// Creates a loop and writes it to `*out`. Returns 0; -EINVAL for NULL out;
+/// -EMFILE/-ENFILE/-ENOMEM.
+///
+/// Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn eventq_loop_new(out: *mut *mut eventq_loop) -> c_int {
+    boundary!(PANIC, {
+        if out.is_null() {
+            return -libc::EINVAL;
+        }
+        match Loop::new() {
+            Ok(lp) => {
+                super::put(out, Box::into_raw(Box::new(eventq_loop(lp))));
+                0
+            }
+            Err(e) => neg(&e),
+        }
+    })
+}
+
+/// Frees a loop: every source goes away (destroy hooks run, here), posts not
+/// yet run are discarded unrun, and source handles still held fail with
+/// -ESTALE from now on (free them as usual). NULL is a no-op.
+///
+/// Thread safety: not while the loop runs or other threads use it.
+#[no_mangle]
+pub extern "C" fn eventq_loop_free(lp: *mut eventq_loop) {
+    boundary!((), {
+        if !lp.is_null() {
+            // SAFETY: lp came from Box::into_raw in eventq_loop_new and is
+            // freed once.
+            drop(unsafe { Box::from_raw(lp) });
+        }
+    })
+}
+
+/// The loop's own fd: readable while some source has work. To embed the loop
+/// in another, poll this fd there and call `eventq_loop_run_once(lp, 0)` when
+/// it is readable. -EINVAL for NULL.
+///
+/// Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn eventq_loop_fd(lp: *const eventq_loop) -> c_int {
+    boundary!(PANIC, { check!(loop_ref(lp)).fd() })
+}
+
+/// Runs the loop until `eventq_loop_stop`. Returns 0 when stopped; -EBUSY if
+/// the loop is already being run; -EINVAL for NULL; a negative errno if
+/// epoll fails.
+///
+/// Thread safety: one thread at a time runs a loop.
+#[no_mangle]
+pub extern "C" fn eventq_loop_run(lp: *const eventq_loop) -> c_int {
+    boundary!(PANIC, {
+        match check!(loop_ref(lp)).run() {
+            Ok(()) => 0,
+            Err(e) => neg(&e),
+        }
+    })
+}
+
+/// Runs one iteration: waits for events (EVENTQ_FOREVER without limit, 0 not
+/// at all, else at most timeout_ns, rounded up to a millisecond) and
+/// dispatches them. Returns the number of callbacks run (0 on timeout);
+/// -EBUSY if the loop is already being run; -EINVAL for NULL or a bad
+/// timeout.
+///
+/// Thread safety: one thread at a time runs a loop.
+#[no_mangle]
+pub extern "C" fn eventq_loop_run_once(lp: *const eventq_loop, timeout_ns: i64) -> c_int {
+    boundary!(PANIC, {
+        let lp = check!(loop_ref(lp));
+        let timeout = match check!(wait_of(timeout_ns)) {
+            Wait::Forever => None,
+            Wait::Never => Some(Duration::ZERO),
+            Wait::For(d) => Some(d),
+        };
+        match lp.run_once(timeout) {
+            Ok(n) => count(n),
+            Err(e) => neg(&e),
+        }
+    })
+}
+
+/// Makes `eventq_loop_run` return after the current iteration; if the loop
+/// is not running, the next run returns at once. Returns 0; -EINVAL for NULL.
+///
+/// Thread safety: any thread (not from a signal handler).
+#[no_mangle]
+pub extern "C" fn eventq_loop_stop(lp: *const eventq_loop) -> c_int {
+    boundary!(PANIC, {
+        check!(loop_ref(lp)).stop();
+        0
+    })
+}
+
+/// Runs `fn(arg)` on the loop's thread, after everything posted before it.
+/// Returns 0; -EAGAIN when 4096 posts are already pending; -EINVAL for a
+/// NULL loop or fn. On failure fn never runs. Posts still pending when the
+/// loop is freed never run.
+///
+/// Thread safety: any thread (not from a signal handler).
+#[no_mangle]
+pub extern "C" fn eventq_loop_post(
+    lp: *const eventq_loop,
+    f: eventq_post_fn,
+    arg: *mut c_void,
+) -> c_int {
+    boundary!(PANIC, {
+        let lp = check!(loop_ref(lp));
+        let Some(f) = f else {
+            return -libc::EINVAL;
+        };
+        let task = PostTask { f, arg };
+        match lp.post(move |_| task.run()) {
+            Ok(()) => 0,
+            Err(e) => neg(&e),
+        }
+    })
+}
+
+struct PostTask {
+    f: extern "C" fn(*mut c_void),
+    arg: *mut c_void,
+}
+
+// SAFETY: the header documents that fn(arg) runs on the loop's thread; the
+// poster vouches that arg may move there.
+unsafe impl Send for PostTask {}
+
+impl PostTask {
+    fn run(self) {
+        (self.f)(self.arg);
+    }
+}
+
+/// Watches `fd` for `events` (EVENTQ_IN, _OUT, _PRI, _RDHUP; EVENTQ_ERR and
+/// _HUP are always reported; level-triggered unless EVENTQ_EDGE; with
+/// EVENTQ_ONESHOT disabled after one event). The fd stays the caller's:
+/// remove the source before closing it.
+///
+/// Every add call takes ownership of userdata: destroy(userdata), if
+/// destroy is not NULL, runs exactly once, when the source goes away
+/// (removed, or its loop freed) or, if the call fails, before it returns.
+/// On failure the callback never runs. `out` may be NULL: the source then
+/// lives until its callback removes it (through its src argument) or the
+/// loop is freed; else `*out` receives a handle, freed with
+/// `eventq_source_free`. Callbacks and destroy run on the loop's thread,
+/// with no library lock held.
+///
+/// Returns 0; -EINVAL for a NULL loop or cb, unknown flags, or no event
+/// asked for; -EBADF for a bad fd; -EPERM for an fd epoll cannot watch (a
+/// regular file); -EEXIST if the fd is already watched by this loop.
+///
+/// Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn eventq_loop_add_fd(
+    lp: *const eventq_loop,
+    fd: c_int,
+    events: u32,
+    cb: eventq_fd_fn,
+    userdata: *mut c_void,
+    destroy: eventq_destroy_fn,
+    out: *mut *mut eventq_source,
+) -> c_int {
+    boundary!(PANIC, {
+        let mut hook = Hook::new(userdata, destroy);
+        let lp = check!(loop_ref(lp));
+        let Some(cb) = cb else {
+            return -libc::EINVAL;
+        };
+        let mut made = ptr::null_mut();
+        let made_ref = &mut made;
+        let res = lp.add_fd_with(fd, events, move |id| {
+            *made_ref = hook.attach(lp, id, !out.is_null());
+            Box::new(move |_, _, ev| match ev {
+                Event::Fd(revents) => status(cb(hook.src(), fd, revents, hook.userdata)),
+                _ => Ok(()),
+            })
+        });
+        added(res, out, made)
+    })
+}
+
+/// A timer firing first_ns from now (0: at once), then every interval_ns if
+/// it is not 0 (monotonic clock). A one-shot timer disables itself after
+/// firing; `eventq_source_set_timer` re-arms it. Ownership, `out` and
+/// callbacks as for `eventq_loop_add_fd`.
+///
+/// Returns 0; -EINVAL for a NULL loop or cb; -EMFILE/-ENFILE.
+///
+/// Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn eventq_loop_add_timer(
+    lp: *const eventq_loop,
+    first_ns: u64,
+    interval_ns: u64,
+    cb: eventq_timer_fn,
+    userdata: *mut c_void,
+    destroy: eventq_destroy_fn,
+    out: *mut *mut eventq_source,
+) -> c_int {
+    boundary!(PANIC, {
+        let mut hook = Hook::new(userdata, destroy);
+        let lp = check!(loop_ref(lp));
+        let Some(cb) = cb else {
+            return -libc::EINVAL;
+        };
+        let mut made = ptr::null_mut();
+        let made_ref = &mut made;
+        let (first, interval) = (duration_ns(first_ns), duration_ns(interval_ns));
+        let res = lp.add_timer_with(first, interval, move |id| {
+            *made_ref = hook.attach(lp, id, !out.is_null());
+            Box::new(move |_, _, ev| match ev {
+                Event::Timer(n) => status(cb(hook.src(), n, hook.userdata)),
+                _ => Ok(()),
+            })
+        });
+        added(res, out, made)
+    })
+}
+
+/// Calls back once per message of `chan`, in order, at most the source's
+/// budget per iteration (default 10, see `eventq_source_set_budget`) so a
+/// busy channel cannot starve other sources; then once with data NULL when
+/// the channel is closed and drained, after which the source is disabled.
+/// The source holds its own reference to the channel. Ownership, `out` and
+/// callbacks as for `eventq_loop_add_fd`.
+///
+/// Returns 0; -EINVAL for a NULL loop, chan or cb.
+///
+/// Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn eventq_loop_add_chan(
+    lp: *const eventq_loop,
+    chan: *const eventq_chan,
+    cb: eventq_chan_fn,
+    userdata: *mut c_void,
+    destroy: eventq_destroy_fn,
+    out: *mut *mut eventq_source,
+) -> c_int {
+    boundary!(PANIC, {
+        let mut hook = Hook::new(userdata, destroy);
+        let lp = check!(loop_ref(lp));
+        let chan = check!(super::chan::chan_ref(chan));
+        let Some(cb) = cb else {
+            return -libc::EINVAL;
+        };
+        let mut made = ptr::null_mut();
+        let made_ref = &mut made;
+        let res = lp.add_chan_with(chan, move |id| {
+            *made_ref = hook.attach(lp, id, !out.is_null());
+            Box::new(move |_, _, ev| match ev {
+                Event::Message(m) => {
+                    status(cb(hook.src(), m.as_ptr().cast(), m.len(), hook.userdata))
+                }
+                Event::Closed => status(cb(hook.src(), ptr::null(), 0, hook.userdata)),
+                _ => Ok(()),
+            })
+        });
+        added(res, out, made)
+    })
+}
+
+/// Calls back when signal `signo` arrives (signalfd). Blocks the signal in
+/// the calling thread; block it in every thread of the process (best before
+/// starting any), or another thread may take it. Ownership, `out` and
+/// callbacks as for `eventq_loop_add_fd`.
+///
+/// Returns 0; -EINVAL for a NULL loop or cb, or a signal that cannot be
+/// caught (SIGKILL, SIGSTOP, out of range); -EBUSY if the signal already has
+/// a source in this loop.
+///
+/// Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn eventq_loop_add_signal(
+    lp: *const eventq_loop,
+    signo: c_int,
+    cb: eventq_signal_fn,
+    userdata: *mut c_void,
+    destroy: eventq_destroy_fn,
+    out: *mut *mut eventq_source,
+) -> c_int {
+    boundary!(PANIC, {
+        let mut hook = Hook::new(userdata, destroy);
+        let lp = check!(loop_ref(lp));
+        let Some(cb) = cb else {
+            return -libc::EINVAL;
+        };
+        let mut made = ptr::null_mut();
+        let made_ref = &mut made;
+        let res = lp.add_signal_with(signo, move |id| {
+            *made_ref = hook.attach(lp, id, !out.is_null());
+            Box::new(move |_, _, ev| match ev {
+                Event::Signal(n) => status(cb(hook.src(), n, hook.userdata)),
+                _ => Ok(()),
+            })
+        });
+        added(res, out, made)
+    })
+}
+
+/// A source call's result as an int.
+fn done(res: crate::Result<()>) -> c_int {
+    match res {
+        Ok(()) => 0,
+        Err(e) => neg(&e),
+    }
+}
+
+/// Removes the source: once this returns its callback never runs again,
+/// even for an event already fetched in the current iteration; called from
+/// another thread while that callback runs, it first waits for it to return.
+/// destroy(userdata) runs before this returns, or right after the callback
+/// when called from the source's own callback. The handle stays valid (calls
+/// on it give -ESTALE) until `eventq_source_free`.
+///
+/// Returns 0; -ESTALE if already removed or the loop is freed; -EINVAL for
+/// NULL.
+///
+/// Thread safety: any thread; from any callback of the loop.
+#[no_mangle]
+pub extern "C" fn eventq_source_remove(src: *const eventq_source) -> c_int {
+    boundary!(PANIC, {
+        let (lp, id) = check!(source_ref(src));
+        done(lp.remove(id))
+    })
+}
+
+/// Removes the source if it is still there, then releases the handle from
+/// an add call's `out`. Only for such handles: never for the `src` pointer
+/// of a source added with `out` NULL. NULL is a no-op.
+///
+/// Thread safety: as `eventq_source_remove`; the handle is invalid after.
+#[no_mangle]
+pub extern "C" fn eventq_source_free(src: *mut eventq_source) {
+    boundary!((), {
+        if src.is_null() {
+            return;
+        }
+        if let Ok((lp, id)) = source_ref(src) {
+            let _ = lp.remove(id);
+        }
+        // SAFETY: src came from Arc::into_raw in an add call whose `out`
+        // took this reference, released once here.
+        drop(unsafe { Arc::from_raw(src.cast_const()) });
+    })
+}
+
+/// Enables (non-zero) or disables (0) a source. A disabled source's callback
+/// does not run; enabling re-arms a fired EVENTQ_ONESHOT fd source.
+///
+/// Returns 0; -ESTALE if removed; -EINVAL for NULL.
+///
+/// Thread safety: any thread; from any callback of the loop.
+#[no_mangle]
+pub extern "C" fn eventq_source_set_enabled(src: *const eventq_source, enabled: c_int) -> c_int {
+    boundary!(PANIC, {
+        let (lp, id) = check!(source_ref(src));
+        done(lp.set_enabled(id, enabled != 0))
+    })
+}
+
+/// Changes the events an fd source waits for (flags as for
+/// `eventq_loop_add_fd`).
+///
+/// Returns 0; -ESTALE if removed; -EINVAL for NULL, bad flags, or a source
+/// that is not an fd source.
+///
+/// Thread safety: any thread; from any callback of the loop.
+#[no_mangle]
+pub extern "C" fn eventq_source_set_events(src: *const eventq_source, events: u32) -> c_int {
+    boundary!(PANIC, {
+        let (lp, id) = check!(source_ref(src));
+        done(lp.set_events(id, events))
+    })
+}
+
+/// Re-arms a timer source (and enables it): first_ns from now, then every
+/// interval_ns if not 0.
+///
+/// Returns 0; -ESTALE if removed; -EINVAL for NULL or a source that is not
+/// a timer.
+///
+/// Thread safety: any thread; from any callback of the loop.
+#[no_mangle]
+pub extern "C" fn eventq_source_set_timer(
+    src: *const eventq_source,
+    first_ns: u64,
+    interval_ns: u64,
+) -> c_int {
+    boundary!(PANIC, {
+        let (lp, id) = check!(source_ref(src));
+        done(lp.set_timer(id, duration_ns(first_ns), duration_ns(interval_ns)))
+    })
+}
+
+/// Sets how many messages a channel source delivers per loop iteration (at
+/// least 1; default 10).
+///
+/// Returns 0; -ESTALE if removed; -EINVAL for NULL, 0, or a source that is
+/// not a channel source.
+///
+/// Thread safety: any thread; from any callback of the loop.
+#[no_mangle]
+pub extern "C" fn eventq_source_set_budget(src: *const eventq_source, budget: usize) -> c_int {
+    boundary!(PANIC, {
+        let (lp, id) = check!(source_ref(src));
+        done(lp.set_budget(id, budget))
+    })
+}
+
+/// The negative code a callback of this source returned, which disabled
+/// it (a callback returning < 0 disables its source; re-enabling clears
+/// nothing), or 0. -ESTALE if removed; -EINVAL for NULL.
+///
+/// Thread safety: any thread; from any callback of the loop.
+#[no_mangle]
+pub extern "C" fn eventq_source_error(src: *const eventq_source) -> c_int {
+    boundary!(PANIC, {
+        let (lp, id) = check!(source_ref(src));
+        match lp.source_error(id) {
+            Ok(errno) => -errno,
+            Err(e) => neg(&e),
+        }
+    })
+}

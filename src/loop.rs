@@ -1,0 +1,799 @@
+//! The loop: an epoll dispatcher over fd, timer, signal and channel sources,
+//! with posts and stop from any thread (D8).
+//!
+//! Sources live in a slot table behind one mutex; the mutex is never held
+//! while user code runs. A source's id (slot index and generation) is the
+//! epoll event's data, so an event fetched for a source that was removed
+//! earlier in the same batch finds a stale id and is dropped, even if a new
+//! source took the same fd or slot. Dispatch takes the callback out of its
+//! slot, runs it unlocked, and puts it back only if the source still exists;
+//! a callback removed meanwhile is dropped then, so its destroy hook runs
+//! exactly once and never during its own call.
+//!
+//! One iteration (`run_once`) is:
+//! 1. wait: `epoll_wait` for at most 64 ready sources (or the timeout);
+//! 2. dispatch: for each, in kernel order, skip it if removed or disabled
+//!    since the wait, else run its callback: once for an fd, once with the
+//!    expiration count for a timer, once per signal, once per message up to
+//!    the source's budget for a channel (the rest stay readable and come back
+//!    next iteration, so a busy channel cannot starve the others);
+//! 3. posts are a channel source like any other: they run in the order
+//!    posted, on the loop thread.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::os::fd::{AsRawFd, RawFd};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::{self, ThreadId};
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
+
+use crate::chan::{Chan, Options, Wait};
+use crate::error::{Error, Result};
+use crate::sys::{Epoll, SignalFd, TimerFd};
+
+/// Readiness flags for fd sources: the epoll values, so they pass through.
+pub mod events {
+    pub const IN: u32 = libc::EPOLLIN as u32;
+    pub const PRI: u32 = libc::EPOLLPRI as u32;
+    pub const OUT: u32 = libc::EPOLLOUT as u32;
+    pub const ERR: u32 = libc::EPOLLERR as u32;
+    pub const HUP: u32 = libc::EPOLLHUP as u32;
+    pub const RDHUP: u32 = libc::EPOLLRDHUP as u32;
+    /// Edge-triggered: report a change once, not a level repeatedly.
+    pub const EDGE: u32 = libc::EPOLLET as u32;
+    /// Disable the source after one event; `set_enabled(true)` re-arms it.
+    pub const ONESHOT: u32 = libc::EPOLLONESHOT as u32;
+
+    /// What a caller may ask for.
+    pub(crate) const ALLOWED: u32 = IN | PRI | OUT | ERR | HUP | RDHUP | EDGE | ONESHOT;
+    /// Of which at least one must be present (ERR and HUP are always on).
+    pub(crate) const WANTED: u32 = IN | PRI | OUT | RDHUP;
+}
+
+/// Channel messages a channel source delivers per iteration unless set
+/// otherwise (folly's NotificationQueue uses the same default).
+pub const DEFAULT_BUDGET: usize = 10;
+
+/// Pending posts a loop holds before `post` fails with `WouldBlock`.
+pub const POST_CAPACITY: usize = 4096;
+
+/// Posts run per iteration, so posts made by posts cannot starve the rest.
+const POST_BUDGET: usize = 64;
+
+/// Events fetched per `epoll_wait`.
+const BATCH: usize = 64;
+
+/// Identifies a source within its loop: slot index and generation, so an id
+/// is never reused for another source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SourceId(u64);
+
+impl SourceId {
+    fn new(index: u32, gen: u32) -> SourceId {
+        SourceId((u64::from(index) << 32) | u64::from(gen))
+    }
+
+    fn index(self) -> usize {
+        (self.0 >> 32) as usize
+    }
+
+    fn gen(self) -> u32 {
+        self.0 as u32
+    }
+}
+
+/// What a callback is called for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// An fd source is ready; the `events` flags that are set.
+    Fd(u32),
+    /// A timer expired this many times since the last call (more than 1
+    /// means expirations were missed; the period does not drift).
+    Timer(u64),
+    /// A channel source's next message.
+    Message(&'a [u8]),
+    /// A channel source's channel is closed and drained; after this call the
+    /// source is disabled.
+    Closed,
+    /// A signal source's signal arrived.
+    Signal(i32),
+}
+
+/// A source's callback. An `Err` disables the source and is kept as its
+/// error (see [`Loop::source_error`]); so is a panic.
+pub type Callback = Box<dyn FnMut(&Loop, SourceId, Event<'_>) -> Result<()> + Send>;
+
+type Task = Box<dyn FnOnce(&Loop) + Send>;
+
+enum Kind {
+    Fd(RawFd),
+    Timer { tfd: TimerFd, periodic: bool },
+    Chan(Chan),
+    Signal { sfd: SignalFd, signo: i32 },
+    Post,
+}
+
+struct Entry {
+    kind: Kind,
+    /// Epoll flags the source is registered with.
+    events: u32,
+    enabled: bool,
+    /// Whether the fd is in the epoll set (a fired one-shot stays in it,
+    /// disarmed, until re-armed with EPOLL_CTL_MOD).
+    registered: bool,
+    budget: usize,
+    /// Taken out while the callback runs.
+    callback: Option<Callback>,
+    /// The errno of the failure that disabled the source, or 0.
+    error: i32,
+}
+
+impl Entry {
+    fn fd(&self, posts: &Chan) -> RawFd {
+        match &self.kind {
+            Kind::Fd(fd) => *fd,
+            Kind::Timer { tfd, .. } => tfd.as_raw_fd(),
+            Kind::Chan(chan) => chan.recv_fd(),
+            Kind::Signal { sfd, .. } => sfd.as_raw_fd(),
+            Kind::Post => posts.recv_fd(),
+        }
+    }
+}
+
+struct Slot {
+    gen: u32,
+    entry: Option<Entry>,
+}
+
+struct Table {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    /// The source whose callback runs now, if any.
+    running: Option<SourceId>,
+    /// The thread inside `run`/`run_once`, if any.
+    loop_thread: Option<ThreadId>,
+}
+
+impl Table {
+    fn get_mut(&mut self, id: SourceId) -> Option<&mut Entry> {
+        let slot = self.slots.get_mut(id.index())?;
+        if slot.gen != id.gen() {
+            return None;
+        }
+        slot.entry.as_mut()
+    }
+
+    /// The id the next insert will get.
+    fn vacant_id(&self) -> SourceId {
+        match self.free.last() {
+            Some(&i) => SourceId::new(i, self.slots[i as usize].gen),
+            None => SourceId::new(self.slots.len() as u32, 0),
+        }
+    }
+
+    fn insert(&mut self, entry: Entry) -> SourceId {
+        let id = self.vacant_id();
+        match self.free.pop() {
+            Some(i) => self.slots[i as usize].entry = Some(entry),
+            None => self.slots.push(Slot {
+                gen: 0,
+                entry: Some(entry),
+            }),
+        }
+        id
+    }
+
+    fn take(&mut self, id: SourceId) -> Option<Entry> {
+        let slot = self.slots.get_mut(id.index())?;
+        if slot.gen != id.gen() {
+            return None;
+        }
+        let entry = slot.entry.take()?;
+        slot.gen = slot.gen.wrapping_add(1);
+        self.free.push(id.index() as u32);
+        Some(entry)
+    }
+}
+
+struct Inner {
+    epoll: Epoll,
+    table: Mutex<Table>,
+    /// Signalled when a callback returns, for removers on other threads.
+    callback_done: Condvar,
+    /// Posted task ids, in post order; the loop drains it like any channel.
+    posts: Chan,
+    tasks: Mutex<HashMap<u64, Task>>,
+    next_task: AtomicU64,
+    stop: AtomicBool,
+    /// Channel sources' receive buffer, grown to the largest message seen.
+    /// Only the running thread dispatches and it takes the buffer out for
+    /// the duration, so the lock is never contended.
+    scratch: Mutex<Vec<u8>>,
+}
+
+/// An event loop. `Send + Sync`: sources can be added, changed and removed
+/// from any thread, and `stop`/`post` called from any thread, while one
+/// thread runs it.
+pub struct Loop {
+    inner: Arc<Inner>,
+}
+
+/// A cheap, `'static` handle for posting to and stopping a loop from other
+/// threads. It does not keep the loop alive: once the loop is dropped,
+/// `post` fails with `Error::Closed`.
+#[derive(Clone)]
+pub struct LoopHandle {
+    inner: Weak<Inner>,
+}
+
+impl fmt::Debug for Loop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Loop").field("fd", &self.fd()).finish()
+    }
+}
+
+impl fmt::Debug for LoopHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoopHandle").finish_non_exhaustive()
+    }
+}
+
+/// Marks the current thread as the one running the loop, until dropped.
+struct Running<'a> {
+    table: &'a Mutex<Table>,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.table.lock().loop_thread = None;
+    }
+}
+
+impl Loop {
+    /// A new loop with no sources but its post queue.
+    pub fn new() -> Result<Loop> {
+        let posts = Chan::new(Options::new(POST_CAPACITY))?;
+        let inner = Arc::new(Inner {
+            epoll: Epoll::new()?,
+            table: Mutex::new(Table {
+                slots: Vec::new(),
+                free: Vec::new(),
+                running: None,
+                loop_thread: None,
+            }),
+            callback_done: Condvar::new(),
+            posts,
+            tasks: Mutex::new(HashMap::new()),
+            next_task: AtomicU64::new(1),
+            stop: AtomicBool::new(false),
+            scratch: Mutex::new(Vec::new()),
+        });
+        let lp = Loop { inner };
+        let entry = lp.entry(Kind::Post, events::IN, None);
+        lp.add_entry(entry, |_| None)?;
+        Ok(lp)
+    }
+
+    /// A handle for other threads.
+    pub fn handle(&self) -> LoopHandle {
+        LoopHandle {
+            inner: Arc::downgrade(&self.inner),
+        }
+    }
+
+    /// The loop's own fd (its epoll fd): readable while some source has
+    /// work. Poll it from another loop and call `run_once(Some(ZERO))` when
+    /// it is readable to embed this loop there.
+    pub fn fd(&self) -> RawFd {
+        self.inner.epoll.as_raw_fd()
+    }
+
+    fn entry(&self, kind: Kind, events: u32, callback: Option<Callback>) -> Entry {
+        Entry {
+            kind,
+            events,
+            enabled: true,
+            registered: true,
+            budget: DEFAULT_BUDGET,
+            callback,
+            error: 0,
+        }
+    }
+
+    /// Registers `entry`, whose callback `make` builds once the id is known.
+    /// On failure the entry and `make` are dropped (a C destroy hook runs).
+    fn add_entry(
+        &self,
+        mut entry: Entry,
+        make: impl FnOnce(SourceId) -> Option<Callback>,
+    ) -> Result<SourceId> {
+        let mut tab = self.inner.table.lock();
+        let id = tab.vacant_id();
+        let fd = entry.fd(&self.inner.posts);
+        self.inner.epoll.add(fd, entry.events, id.0)?;
+        entry.callback = make(id);
+        Ok(tab.insert(entry))
+    }
+
+    /// Watches `fd` for `events` (see [`events`]; level-triggered unless
+    /// `EDGE`). The fd stays the caller's: close it only after removing the
+    /// source.
+    pub fn add_fd(
+        &self,
+        fd: RawFd,
+        events: u32,
+        cb: impl FnMut(&Loop, SourceId, Event<'_>) -> Result<()> + Send + 'static,
+    ) -> Result<SourceId> {
+        self.add_fd_with(fd, events, |_| Box::new(cb))
+    }
+
+    pub(crate) fn add_fd_with(
+        &self,
+        fd: RawFd,
+        events: u32,
+        make: impl FnOnce(SourceId) -> Callback,
+    ) -> Result<SourceId> {
+        check_events(events)?;
+        if fd < 0 {
+            return Err(Error::Os(std::io::Error::from_raw_os_error(libc::EBADF)));
+        }
+        self.add_entry(self.entry(Kind::Fd(fd), events, None), |id| Some(make(id)))
+    }
+
+    /// A timer that fires `first` from now, then every `interval` if it is
+    /// non-zero (monotonic clock, nanosecond resolution). A one-shot timer
+    /// disables itself after firing; `set_timer` re-arms it.
+    pub fn add_timer(
+        &self,
+        first: Duration,
+        interval: Duration,
+        cb: impl FnMut(&Loop, SourceId, Event<'_>) -> Result<()> + Send + 'static,
+    ) -> Result<SourceId> {
+        self.add_timer_with(first, interval, |_| Box::new(cb))
+    }
+
+    pub(crate) fn add_timer_with(
+        &self,
+        first: Duration,
+        interval: Duration,
+        make: impl FnOnce(SourceId) -> Callback,
+    ) -> Result<SourceId> {
+        let tfd = TimerFd::new()?;
+        tfd.set(first, interval)?;
+        let periodic = !interval.is_zero();
+        let entry = self.entry(Kind::Timer { tfd, periodic }, events::IN, None);
+        self.add_entry(entry, |id| Some(make(id)))
+    }
+
+    /// Calls back once per message of `chan`, at most the source's budget
+    /// per iteration ([`DEFAULT_BUDGET`]), then once with `Event::Closed`
+    /// when the channel is closed and drained. The source holds its own
+    /// handle to the channel.
+    pub fn add_chan(
+        &self,
+        chan: &Chan,
+        cb: impl FnMut(&Loop, SourceId, Event<'_>) -> Result<()> + Send + 'static,
+    ) -> Result<SourceId> {
+        self.add_chan_with(chan, |_| Box::new(cb))
+    }
+
+    pub(crate) fn add_chan_with(
+        &self,
+        chan: &Chan,
+        make: impl FnOnce(SourceId) -> Callback,
+    ) -> Result<SourceId> {
+        let entry = self.entry(Kind::Chan(chan.clone()), events::IN, None);
+        self.add_entry(entry, |id| Some(make(id)))
+    }
+
+    /// Calls back when `signo` arrives. Blocks the signal in the calling
+    /// thread (a signalfd sees only blocked signals): block it in every
+    /// thread, ideally before starting any, or another thread may take it.
+    /// One source per signal per loop (`Error::Busy` otherwise).
+    pub fn add_signal(
+        &self,
+        signo: i32,
+        cb: impl FnMut(&Loop, SourceId, Event<'_>) -> Result<()> + Send + 'static,
+    ) -> Result<SourceId> {
+        self.add_signal_with(signo, |_| Box::new(cb))
+    }
+
+    pub(crate) fn add_signal_with(
+        &self,
+        signo: i32,
+        make: impl FnOnce(SourceId) -> Callback,
+    ) -> Result<SourceId> {
+        // SIGKILL and SIGSTOP cannot be blocked, so a signalfd never sees them.
+        if signo <= 0 || signo >= 65 || signo == libc::SIGKILL || signo == libc::SIGSTOP {
+            return Err(Error::Invalid("not a signal that can be watched"));
+        }
+        let taken = self.inner.table.lock().slots.iter().any(|s| {
+            matches!(&s.entry, Some(Entry { kind: Kind::Signal { signo: n, .. }, .. }) if *n == signo)
+        });
+        if taken {
+            return Err(Error::Busy("this signal already has a source in this loop"));
+        }
+        let sfd = SignalFd::new(signo)?;
+        let entry = self.entry(Kind::Signal { sfd, signo }, events::IN, None);
+        self.add_entry(entry, |id| Some(make(id)))
+    }
+
+    /// Removes a source. Once this returns its callback never runs again,
+    /// even for an event already fetched; called from another thread while
+    /// that callback runs, it waits for the callback to return. Its callback
+    /// is dropped (a C destroy hook runs) before this returns, or, when
+    /// called from inside that very callback, right after the callback.
+    pub fn remove(&self, id: SourceId) -> Result<()> {
+        let mut tab = self.inner.table.lock();
+        if matches!(
+            tab.get_mut(id),
+            Some(Entry {
+                kind: Kind::Post,
+                ..
+            })
+        ) {
+            return Err(Error::Invalid("the post source belongs to the loop"));
+        }
+        let entry = tab.take(id).ok_or(Error::Stale)?;
+        if entry.registered {
+            // The fd may already be closed by its owner; that removed it.
+            let _ = self.inner.epoll.delete(entry.fd(&self.inner.posts));
+        }
+        let me = thread::current().id();
+        while tab.running == Some(id) && tab.loop_thread != Some(me) {
+            self.inner.callback_done.wait(&mut tab);
+        }
+        drop(tab);
+        drop(entry);
+        Ok(())
+    }
+
+    /// Enables or disables a source. A disabled source is out of the epoll
+    /// set and its callback does not run; enabling re-arms a fired one-shot.
+    pub fn set_enabled(&self, id: SourceId, enabled: bool) -> Result<()> {
+        let mut tab = self.inner.table.lock();
+        let entry = tab.get_mut(id).ok_or(Error::Stale)?;
+        self.apply_enabled(entry, id, enabled)
+    }
+
+    fn apply_enabled(&self, entry: &mut Entry, id: SourceId, enabled: bool) -> Result<()> {
+        let fd = entry.fd(&self.inner.posts);
+        if enabled && !entry.enabled {
+            if entry.registered {
+                self.inner.epoll.modify(fd, entry.events, id.0)?;
+            } else {
+                self.inner.epoll.add(fd, entry.events, id.0)?;
+                entry.registered = true;
+            }
+        } else if !enabled && entry.registered {
+            let _ = self.inner.epoll.delete(fd);
+            entry.registered = false;
+        }
+        entry.enabled = enabled;
+        Ok(())
+    }
+
+    /// Changes the events an fd source waits for.
+    pub fn set_events(&self, id: SourceId, events: u32) -> Result<()> {
+        check_events(events)?;
+        let mut tab = self.inner.table.lock();
+        let entry = tab.get_mut(id).ok_or(Error::Stale)?;
+        if !matches!(entry.kind, Kind::Fd(_)) {
+            return Err(Error::Invalid("events can only be set on an fd source"));
+        }
+        entry.events = events;
+        if entry.enabled {
+            let fd = entry.fd(&self.inner.posts);
+            self.inner.epoll.modify(fd, events, id.0)?;
+        }
+        Ok(())
+    }
+
+    /// Re-arms a timer source (and enables it).
+    pub fn set_timer(&self, id: SourceId, first: Duration, interval: Duration) -> Result<()> {
+        let mut tab = self.inner.table.lock();
+        let entry = tab.get_mut(id).ok_or(Error::Stale)?;
+        let Kind::Timer { tfd, periodic } = &mut entry.kind else {
+            return Err(Error::Invalid("not a timer source"));
+        };
+        tfd.set(first, interval)?;
+        *periodic = !interval.is_zero();
+        self.apply_enabled(entry, id, true)
+    }
+
+    /// Sets how many messages a channel source delivers per iteration (at
+    /// least 1).
+    pub fn set_budget(&self, id: SourceId, budget: usize) -> Result<()> {
+        if budget == 0 {
+            return Err(Error::Invalid("budget must be at least 1"));
+        }
+        let mut tab = self.inner.table.lock();
+        let entry = tab.get_mut(id).ok_or(Error::Stale)?;
+        if !matches!(entry.kind, Kind::Chan(_)) {
+            return Err(Error::Invalid("a budget applies to channel sources only"));
+        }
+        entry.budget = budget;
+        Ok(())
+    }
+
+    /// The errno of the callback failure that disabled the source, or 0.
+    pub fn source_error(&self, id: SourceId) -> Result<i32> {
+        let mut tab = self.inner.table.lock();
+        Ok(tab.get_mut(id).ok_or(Error::Stale)?.error)
+    }
+
+    /// Runs `task` on the loop thread, after the tasks posted before it.
+    /// From any thread. Fails with `WouldBlock` when [`POST_CAPACITY`] posts
+    /// are pending.
+    pub fn post(&self, task: impl FnOnce(&Loop) + Send + 'static) -> Result<()> {
+        self.inner.post(Box::new(task))
+    }
+
+    /// Makes `run` return after the current iteration; if the loop is not
+    /// running, the next `run` returns at once. From any thread.
+    pub fn stop(&self) {
+        self.inner.stop();
+    }
+
+    fn enter(&self) -> Result<Running<'_>> {
+        let mut tab = self.inner.table.lock();
+        if tab.loop_thread.is_some() {
+            return Err(Error::Busy("the loop is already being run"));
+        }
+        tab.loop_thread = Some(thread::current().id());
+        Ok(Running {
+            table: &self.inner.table,
+        })
+    }
+
+    /// Runs iterations until `stop`.
+    pub fn run(&self) -> Result<()> {
+        let _running = self.enter()?;
+        loop {
+            if self.inner.stop.swap(false, Ordering::AcqRel) {
+                return Ok(());
+            }
+            self.iterate(None)?;
+        }
+    }
+
+    /// Runs one iteration, waiting at most `timeout` for an event (`None`:
+    /// without limit; zero: not at all, for embedding). Returns the number
+    /// of callbacks run.
+    pub fn run_once(&self, timeout: Option<Duration>) -> Result<usize> {
+        let _running = self.enter()?;
+        self.iterate(timeout)
+    }
+
+    fn iterate(&self, timeout: Option<Duration>) -> Result<usize> {
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; BATCH];
+        let n = self.inner.epoll.wait(&mut events, timeout)?;
+        let mut calls = 0;
+        for ev in &events[..n] {
+            // Copies: the struct is packed.
+            let (id, revents) = (ev.u64, ev.events);
+            calls += self.dispatch(SourceId(id), revents);
+        }
+        Ok(calls)
+    }
+
+    /// Runs one source's callbacks for one event; returns how many ran.
+    fn dispatch(&self, id: SourceId, revents: u32) -> usize {
+        let mut tab = self.inner.table.lock();
+        let Some(entry) = tab.get_mut(id) else {
+            return 0; // removed since the wait
+        };
+        if !entry.enabled {
+            return 0;
+        }
+        let event = match &mut entry.kind {
+            Kind::Post => None,
+            Kind::Chan(chan) => {
+                let (chan, budget) = (chan.clone(), entry.budget);
+                return self.dispatch_chan(tab, id, &chan, budget);
+            }
+            Kind::Fd(_) => {
+                if entry.events & events::ONESHOT != 0 {
+                    entry.enabled = false; // the kernel disarmed it
+                }
+                Some(Event::Fd(revents))
+            }
+            Kind::Timer { tfd, periodic } => match tfd.read() {
+                Ok(0) | Err(_) => return 0, // re-armed or read since the wait
+                Ok(n) => {
+                    if !*periodic {
+                        entry.enabled = false;
+                    }
+                    Some(Event::Timer(n))
+                }
+            },
+            Kind::Signal { sfd, .. } => match sfd.read() {
+                Ok(Some(signo)) => Some(Event::Signal(signo)),
+                _ => return 0,
+            },
+        };
+        let Some(event) = event else {
+            drop(tab);
+            return self.run_posts();
+        };
+        let Some(mut cb) = entry.callback.take() else {
+            return 0;
+        };
+        tab.running = Some(id);
+        drop(tab);
+        let result = self.call(&mut cb, id, event);
+        self.finish(id, cb, result);
+        1
+    }
+
+    /// Delivers up to `budget` messages, one callback each, stopping early
+    /// if the source is removed or disabled by a callback.
+    fn dispatch_chan(
+        &self,
+        mut tab: MutexGuard<'_, Table>,
+        id: SourceId,
+        chan: &Chan,
+        budget: usize,
+    ) -> usize {
+        let Some(mut cb) = tab.get_mut(id).and_then(|e| e.callback.take()) else {
+            return 0;
+        };
+        tab.running = Some(id);
+        drop(tab);
+        let mut buf = std::mem::take(&mut *self.inner.scratch.lock());
+        let mut calls = 0;
+        let mut result = Ok(());
+        while calls < budget {
+            match chan.recv_into(&mut buf, Wait::Never) {
+                Ok(n) => {
+                    calls += 1;
+                    result = self.call(&mut cb, id, Event::Message(&buf[..n]));
+                }
+                Err(Error::BufferTooSmall { needed }) => {
+                    buf.resize(needed, 0);
+                    continue;
+                }
+                Err(Error::Closed) => {
+                    calls += 1;
+                    result = self.call(&mut cb, id, Event::Closed);
+                    if let Some(entry) = self.inner.table.lock().get_mut(id) {
+                        let _ = self.apply_enabled(entry, id, false);
+                    }
+                    break;
+                }
+                Err(_) => break,
+            }
+            if result.is_err() || !self.is_live(id) {
+                break;
+            }
+        }
+        *self.inner.scratch.lock() = buf;
+        self.finish(id, cb, result);
+        calls
+    }
+
+    fn is_live(&self, id: SourceId) -> bool {
+        self.inner
+            .table
+            .lock()
+            .get_mut(id)
+            .is_some_and(|e| e.enabled)
+    }
+
+    /// Runs a callback; a panic counts as a failure with `ENOTRECOVERABLE`.
+    fn call(&self, cb: &mut Callback, id: SourceId, event: Event<'_>) -> Result<()> {
+        catch_unwind(AssertUnwindSafe(|| cb(self, id, event))).unwrap_or_else(|_| {
+            Err(Error::Os(std::io::Error::from_raw_os_error(
+                libc::ENOTRECOVERABLE,
+            )))
+        })
+    }
+
+    /// Puts a callback back after it ran, or drops it (unlocked) if its
+    /// source was removed meanwhile; disables the source on failure; then
+    /// releases removers waiting on other threads.
+    fn finish(&self, id: SourceId, cb: Callback, result: Result<()>) {
+        let mut tab = self.inner.table.lock();
+        match tab.get_mut(id) {
+            Some(entry) => {
+                entry.callback = Some(cb);
+                if let Err(e) = result {
+                    entry.error = e.errno();
+                    let _ = self.apply_enabled(entry, id, false);
+                }
+            }
+            None => {
+                drop(tab);
+                drop(cb);
+                tab = self.inner.table.lock();
+            }
+        }
+        tab.running = None;
+        self.inner.callback_done.notify_all();
+    }
+
+    /// Runs pending posts in order, at most [`POST_BUDGET`].
+    fn run_posts(&self) -> usize {
+        let mut calls = 0;
+        let mut id = [0u8; 8];
+        while calls < POST_BUDGET {
+            if self.inner.posts.recv_into(&mut id, Wait::Never).is_err() {
+                break;
+            }
+            let task = self.inner.tasks.lock().remove(&u64::from_ne_bytes(id));
+            // Id 0 is a bare wake-up from `stop`.
+            if let Some(task) = task {
+                calls += 1;
+                let _ = catch_unwind(AssertUnwindSafe(|| task(self)));
+            }
+        }
+        calls
+    }
+}
+
+impl Inner {
+    fn post(&self, task: Task) -> Result<()> {
+        let id = self.next_task.fetch_add(1, Ordering::Relaxed);
+        self.tasks.lock().insert(id, task);
+        if let Err(e) = self.posts.send(&id.to_ne_bytes(), Wait::Never) {
+            self.tasks.lock().remove(&id);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        // Wake a blocked epoll_wait; if the queue is full the loop is
+        // about to wake anyway.
+        let _ = self.posts.send(&0u64.to_ne_bytes(), Wait::Never);
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.posts.close();
+        // Sources' callbacks (and C destroy hooks) are dropped with the
+        // table, after this; posts not yet run are dropped unrun.
+    }
+}
+
+impl LoopHandle {
+    /// The loop, while it exists. A `Loop` made here does not own the loop:
+    /// dropping it only releases this reference.
+    pub(crate) fn upgrade(&self) -> Result<Loop> {
+        self.inner
+            .upgrade()
+            .map(|inner| Loop { inner })
+            .ok_or(Error::Stale)
+    }
+
+    /// As [`Loop::post`]; `Error::Closed` once the loop is gone.
+    pub fn post(&self, task: impl FnOnce(&Loop) + Send + 'static) -> Result<()> {
+        self.inner
+            .upgrade()
+            .ok_or(Error::Closed)?
+            .post(Box::new(task))
+    }
+
+    /// As [`Loop::stop`]; does nothing once the loop is gone.
+    pub fn stop(&self) {
+        if let Some(inner) = self.inner.upgrade() {
+            inner.stop();
+        }
+    }
+}
+
+fn check_events(events: u32) -> Result<()> {
+    if events & !events::ALLOWED != 0 {
+        return Err(Error::Invalid("unknown event flags"));
+    }
+    if events & events::WANTED == 0 {
+        return Err(Error::Invalid("events must include IN, OUT, PRI or RDHUP"));
+    }
+    Ok(())
+}
