@@ -164,7 +164,7 @@ typedef struct eventq_chan_opts {
 } eventq_chan_opts;
 
 /**
- * Counters of a channel (see `eventq_chan_stats`).
+ * Counters of a channel (see `eventq_chan_get_stats`).
  */
 typedef struct eventq_chan_stats {
   /**
@@ -453,7 +453,7 @@ int eventq_chan_close(const struct eventq_chan *chan);
  *
  * Thread safety: any thread, concurrently with any other call.
  */
-int eventq_chan_stats(const struct eventq_chan *chan, struct eventq_chan_stats *out);
+int eventq_chan_get_stats(const struct eventq_chan *chan, struct eventq_chan_stats *out);
 
 /**
  * The bytes of a received message; NULL for a NULL msg. Valid until

@@ -47,7 +47,7 @@ pub struct eventq_chan_opts {
     pub drop_userdata: *mut c_void,
 }
 
-/// Counters of a channel (see `eventq_chan_stats`).
+/// Counters of a channel (see `eventq_chan_get_stats`).
 #[repr(C)]
 pub struct eventq_chan_stats {
     /// Messages accepted by sends.
@@ -504,7 +504,7 @@ pub extern "C" fn eventq_chan_close(chan: *const eventq_chan) -> c_int {
 ///
 /// Thread safety: any thread, concurrently with any other call.
 #[no_mangle]
-pub extern "C" fn eventq_chan_stats(
+pub extern "C" fn eventq_chan_get_stats(
     chan: *const eventq_chan,
     out: *mut eventq_chan_stats,
 ) -> c_int {
