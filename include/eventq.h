@@ -382,7 +382,7 @@ int eventq_chan_send(const struct eventq_chan *chan,
  */
 int eventq_chan_send_batch(const struct eventq_chan *chan,
                            const struct eventq_buf *msgs,
-                           size_t count_,
+                           size_t count,
                            int64_t timeout_ns);
 
 /**

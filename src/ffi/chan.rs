@@ -4,7 +4,7 @@ use std::ffi::{c_int, c_void};
 use std::ptr;
 use std::slice;
 
-use super::{boundary, check, count, einval, neg, put, wait_of, PANIC};
+use super::{boundary, check, einval, int_count, neg, put, wait_of, PANIC};
 use crate::chan::{Chan, Options, Stats};
 
 /// A channel handle. Each handle is freed once with `eventq_chan_free`; the
@@ -338,23 +338,23 @@ pub extern "C" fn eventq_chan_send(
 pub extern "C" fn eventq_chan_send_batch(
     chan: *const eventq_chan,
     msgs: *const eventq_buf,
-    count_: usize,
+    count: usize,
     timeout_ns: i64,
 ) -> c_int {
     boundary!(PANIC, {
         let chan = check!(chan_ref(chan));
         let wait = check!(wait_of(timeout_ns));
-        if count_ > c_int::MAX as usize {
+        if count > c_int::MAX as usize {
             return -libc::EINVAL;
         }
         let bufs: &[eventq_buf] = if msgs.is_null() {
-            if count_ != 0 {
+            if count != 0 {
                 return -libc::EINVAL;
             }
             &[]
         } else {
             // SAFETY: msgs points to count initialised eventq_buf entries.
-            unsafe { slice::from_raw_parts(msgs, count_) }
+            unsafe { slice::from_raw_parts(msgs, count) }
         };
         // Check every entry before queueing any, so a bad pointer late in
         // the batch cannot leave a half-sent batch behind an error.
@@ -363,7 +363,7 @@ pub extern "C" fn eventq_chan_send_batch(
         }
         let iter = bufs.iter().map(|b| bytes_in(b.data, b.len).unwrap_or(&[]));
         match chan.send_batch(iter, wait) {
-            Ok(n) => count(n),
+            Ok(n) => int_count(n),
             Err(e) => neg(&e),
         }
     })
@@ -474,7 +474,7 @@ pub extern "C" fn eventq_chan_recv_batch(
             unsafe { slice::from_raw_parts_mut(lens, max_msgs) }
         };
         match chan.recv_batch(buf, lens, wait) {
-            Ok(n) => count(n),
+            Ok(n) => int_count(n),
             Err(e) => {
                 if let crate::Error::BufferTooSmall { needed } = e {
                     lens[0] = needed;

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::chan::eventq_chan;
-use super::{boundary, check, count, neg, wait_of, PANIC};
+use super::{boundary, check, int_count, neg, wait_of, PANIC};
 use crate::chan::Wait;
 use crate::error::Error;
 use crate::event_loop::{events, Event, Loop, LoopHandle, SourceId};
@@ -268,7 +268,7 @@ pub extern "C" fn eventq_loop_run_once(lp: *const eventq_loop, timeout_ns: i64) 
             Wait::For(d) => Some(d),
         };
         match lp.run_once(timeout) {
-            Ok(n) => count(n),
+            Ok(n) => int_count(n),
             Err(e) => neg(&e),
         }
     })

@@ -81,7 +81,7 @@ pub(crate) fn put<T>(out: *mut T, v: T) {
 }
 
 /// A count returned as `int`.
-pub(crate) fn count(n: usize) -> c_int {
+pub(crate) fn int_count(n: usize) -> c_int {
     c_int::try_from(n).unwrap_or(c_int::MAX)
 }
 
