@@ -38,7 +38,9 @@ fn main() {
          /* eventq_version() returns this: (major << 16) | (minor << 8) | patch. */\n\
          #define EVENTQ_VERSION ((EVENTQ_VERSION_MAJOR << 16) | (EVENTQ_VERSION_MINOR << 8) | EVENTQ_VERSION_PATCH)\n\n\
          /** `low_water` value meaning \"half the capacity\" (see eventq_chan_opts). */\n\
-         #define EVENTQ_LOW_WATER_DEFAULT SIZE_MAX\n"
+         #define EVENTQ_LOW_WATER_DEFAULT SIZE_MAX\n\n\
+         /** Timeout meaning \"wait without limit\" (timeout_ns arguments). */\n\
+         #define EVENTQ_FOREVER ((int64_t)-1)\n"
     ));
 
     let bindings = cbindgen::Builder::new()

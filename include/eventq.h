@@ -34,17 +34,8 @@
 /** `low_water` value meaning "half the capacity" (see eventq_chan_opts). */
 #define EVENTQ_LOW_WATER_DEFAULT SIZE_MAX
 
-
-/**
- * Channel messages a channel source delivers per iteration unless set
- * otherwise (folly's NotificationQueue uses the same default).
- */
-#define DEFAULT_BUDGET 10
-
-/**
- * Pending posts a loop holds before `post` fails with `WouldBlock`.
- */
-#define POST_CAPACITY 4096
+/** Timeout meaning "wait without limit" (timeout_ns arguments). */
+#define EVENTQ_FOREVER ((int64_t)-1)
 
 
 
@@ -62,10 +53,6 @@
 
 
 
-/**
- * Wait without limit (`timeout_ns` argument of sends and receives).
- */
-#define EVENTQ_FOREVER -1
 
 /**
  * Maximum message size when the options set neither it nor a byte limit.
@@ -101,13 +88,24 @@
 /**
  * Edge-triggered: report each change once instead of the level.
  */
-#define EVENTQ_EDGE (1 << 31)
+#define EVENTQ_EDGE (1u << 31)
 
 /**
  * Disable the source after one event; `eventq_source_set_enabled(src, 1)`
  * re-arms it.
  */
-#define EVENTQ_ONESHOT (1 << 30)
+#define EVENTQ_ONESHOT (1u << 30)
+
+/**
+ * Messages a channel source delivers per iteration unless
+ * `eventq_source_set_budget` says otherwise.
+ */
+#define EVENTQ_DEFAULT_BUDGET 10
+
+/**
+ * Posts a loop holds pending before `eventq_loop_post` fails with -EAGAIN.
+ */
+#define EVENTQ_POST_CAPACITY 4096
 
 /**
  * A channel handle. Each handle is freed once with `eventq_chan_free`; the
@@ -155,6 +153,8 @@ typedef struct eventq_chan_opts {
   /**
    * Queue depth at or below which the send fd is raised again after the
    * channel was full; below capacity. EVENTQ_LOW_WATER_DEFAULT: capacity/2.
+   * With a byte limit, the queued bytes must also be at or below
+   * max_bytes/2.
    */
   size_t low_water;
   /**
@@ -195,13 +195,15 @@ typedef struct eventq_chan_stats {
    */
   uint64_t peak_depth;
   /**
-   * Writes to the receive eventfd: one per empty-to-non-empty transition
-   * and one at close. Far below `sent` on a busy channel.
+   * Writes to the receive eventfd: one per empty-to-non-empty transition,
+   * and one at close if the fd was down. Far below `sent` on a busy
+   * channel.
    */
   uint64_t recv_doorbell_rings;
   /**
    * Writes to the send eventfd: one at creation, one per drain to the
-   * low-water mark after the channel was full, one at close.
+   * low-water mark after the channel was full (or refused a send), and
+   * one at close if the fd was down.
    */
   uint64_t send_doorbell_rings;
   /**
@@ -346,7 +348,8 @@ int eventq_chan_recv_fd(const struct eventq_chan *chan);
  * The fd to poll for room: not readable while the channel is full and open;
  * readable once it drains to the low-water mark, or is closed (D5). After a
  * send refused for lack of room it stays down until the next receive that
- * leaves the queue at or below low water. Owned by the channel: poll it,
+ * leaves the queue at or below low water (in messages, and with a byte
+ * limit also in bytes: max_bytes/2). Owned by the channel: poll it,
  * never read, write or close it. -EINVAL for NULL.
  *
  * Thread safety: any thread.
@@ -535,7 +538,7 @@ int eventq_loop_stop(const struct eventq_loop *lp);
 
 /**
  * Runs `fn(arg)` on the loop's thread, after everything posted before it.
- * Returns 0; -EAGAIN when 4096 posts are already pending; -EINVAL for a
+ * Returns 0; -EAGAIN when EVENTQ_POST_CAPACITY posts are already pending; -EINVAL for a
  * NULL loop or fn. On failure fn never runs. Posts still pending when the
  * loop is freed never run.
  *
@@ -592,7 +595,7 @@ int eventq_loop_add_timer(const struct eventq_loop *lp,
 
 /**
  * Calls back once per message of `chan`, in order, at most the source's
- * budget per iteration (default 10, see `eventq_source_set_budget`) so a
+ * budget per iteration (EVENTQ_DEFAULT_BUDGET, see `eventq_source_set_budget`) so a
  * busy channel cannot starve other sources; then once with data NULL when
  * the channel is closed and drained, after which the source is disabled.
  * The source holds its own reference to the channel. Ownership, `out` and
@@ -688,7 +691,7 @@ int eventq_source_set_timer(const struct eventq_source *src,
 
 /**
  * Sets how many messages a channel source delivers per loop iteration (at
- * least 1; default 10).
+ * least 1; default EVENTQ_DEFAULT_BUDGET).
  *
  * Returns 0; -ESTALE if removed; -EINVAL for NULL, 0, or a source that is
  * not a channel source.

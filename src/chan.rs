@@ -171,11 +171,13 @@ pub struct Stats {
     pub dropped: u64,
     /// The most messages ever queued at once.
     pub peak_depth: u64,
-    /// Writes to the receive eventfd: one per empty-to-non-empty transition
-    /// (and one at close). Compare with `sent` to see the wakeup economy.
+    /// Writes to the receive eventfd: one per empty-to-non-empty transition,
+    /// and one at close if the fd was down. Compare with `sent` to see the
+    /// wakeup economy.
     pub recv_doorbell_rings: u64,
     /// Writes to the send eventfd: one at creation, one per drain to the
-    /// low-water mark after the queue was full, one at close.
+    /// low-water mark after the queue was full (or refused a send), and one
+    /// at close if the fd was down.
     pub send_doorbell_rings: u64,
     /// Whether the channel is closed.
     pub closed: bool,

@@ -40,6 +40,8 @@ pub struct eventq_chan_opts {
     pub max_msg_size: usize,
     /// Queue depth at or below which the send fd is raised again after the
     /// channel was full; below capacity. EVENTQ_LOW_WATER_DEFAULT: capacity/2.
+    /// With a byte limit, the queued bytes must also be at or below
+    /// max_bytes/2.
     pub low_water: usize,
     /// Optional; called from the thread that frees the last handle, once per
     /// message still queued, with drop_userdata.
@@ -63,11 +65,13 @@ pub struct eventq_chan_stats {
     pub dropped: u64,
     /// Most messages ever queued at once.
     pub peak_depth: u64,
-    /// Writes to the receive eventfd: one per empty-to-non-empty transition
-    /// and one at close. Far below `sent` on a busy channel.
+    /// Writes to the receive eventfd: one per empty-to-non-empty transition,
+    /// and one at close if the fd was down. Far below `sent` on a busy
+    /// channel.
     pub recv_doorbell_rings: u64,
     /// Writes to the send eventfd: one at creation, one per drain to the
-    /// low-water mark after the channel was full, one at close.
+    /// low-water mark after the channel was full (or refused a send), and
+    /// one at close if the fd was down.
     pub send_doorbell_rings: u64,
     /// 1 once the channel is closed.
     pub closed: u32,
@@ -120,20 +124,28 @@ pub(crate) fn chan_ref<'a>(chan: *const eventq_chan) -> Result<&'a Chan, c_int> 
     unsafe { chan.as_ref() }.map(|c| &c.0).ok_or(-libc::EINVAL)
 }
 
-/// `len` bytes at `data`; NULL is allowed only for length 0.
-fn bytes_in<'a>(data: *const c_void, len: usize) -> Result<&'a [u8], c_int> {
+/// `len` bytes at `data` of a message for `chan`; NULL is allowed only for
+/// length 0. The length is checked against the channel's maximum before a
+/// slice is made, since no slice may exceed `isize::MAX` bytes.
+fn bytes_in<'a>(chan: &Chan, data: *const c_void, len: usize) -> Result<&'a [u8], c_int> {
     if data.is_null() {
         return if len == 0 { Ok(&[]) } else { einval() };
+    }
+    if len > chan.max_msg_size() {
+        return Err(-libc::EMSGSIZE);
     }
     // SAFETY: the caller passes a buffer of at least len readable bytes.
     Ok(unsafe { slice::from_raw_parts(data.cast::<u8>(), len) })
 }
 
 /// `cap` writable bytes at `buf`; NULL is allowed only for capacity 0.
+/// Capacities past `isize::MAX` (no real buffer has one) are clamped, since
+/// no slice may be longer.
 fn bytes_out<'a>(buf: *mut c_void, cap: usize) -> Result<&'a mut [u8], c_int> {
     if buf.is_null() {
         return if cap == 0 { Ok(&mut []) } else { einval() };
     }
+    let cap = cap.min(isize::MAX as usize);
     // SAFETY: the caller passes a buffer of at least cap writable bytes that
     // nothing else accesses during the call.
     Ok(unsafe { slice::from_raw_parts_mut(buf.cast::<u8>(), cap) })
@@ -287,7 +299,8 @@ pub extern "C" fn eventq_chan_recv_fd(chan: *const eventq_chan) -> c_int {
 /// The fd to poll for room: not readable while the channel is full and open;
 /// readable once it drains to the low-water mark, or is closed (D5). After a
 /// send refused for lack of room it stays down until the next receive that
-/// leaves the queue at or below low water. Owned by the channel: poll it,
+/// leaves the queue at or below low water (in messages, and with a byte
+/// limit also in bytes: max_bytes/2). Owned by the channel: poll it,
 /// never read, write or close it. -EINVAL for NULL.
 ///
 /// Thread safety: any thread.
@@ -314,7 +327,7 @@ pub extern "C" fn eventq_chan_send(
 ) -> c_int {
     boundary!(PANIC, {
         let chan = check!(chan_ref(chan));
-        let msg = check!(bytes_in(data, len));
+        let msg = check!(bytes_in(chan, data, len));
         let wait = check!(wait_of(timeout_ns));
         match chan.send(msg, wait) {
             Ok(()) => 0,
@@ -361,7 +374,16 @@ pub extern "C" fn eventq_chan_send_batch(
         if bufs.iter().any(|b| b.data.is_null() && b.len != 0) {
             return -libc::EINVAL;
         }
-        let iter = bufs.iter().map(|b| bytes_in(b.data, b.len).unwrap_or(&[]));
+        // A message over the size limit ends the prefix (the first one fails
+        // the call); entries past it are never turned into slices.
+        let max = chan.max_msg_size();
+        let sendable = bufs.iter().position(|b| b.len > max).unwrap_or(bufs.len());
+        if sendable == 0 && !bufs.is_empty() {
+            return -libc::EMSGSIZE;
+        }
+        let iter = bufs[..sendable]
+            .iter()
+            .map(|b| bytes_in(chan, b.data, b.len).unwrap_or(&[]));
         match chan.send_batch(iter, wait) {
             Ok(n) => int_count(n),
             Err(e) => neg(&e),

@@ -36,12 +36,21 @@ pub const EVENTQ_ERR: u32 = 0x008;
 pub const EVENTQ_HUP: u32 = 0x010;
 pub const EVENTQ_RDHUP: u32 = 0x2000;
 /// Edge-triggered: report each change once instead of the level.
-pub const EVENTQ_EDGE: u32 = 1 << 31;
+pub const EVENTQ_EDGE: u32 = 1u32 << 31;
 /// Disable the source after one event; `eventq_source_set_enabled(src, 1)`
 /// re-arms it.
-pub const EVENTQ_ONESHOT: u32 = 1 << 30;
+pub const EVENTQ_ONESHOT: u32 = 1u32 << 30;
+
+/// Messages a channel source delivers per iteration unless
+/// `eventq_source_set_budget` says otherwise.
+pub const EVENTQ_DEFAULT_BUDGET: usize = 10;
+
+/// Posts a loop holds pending before `eventq_loop_post` fails with -EAGAIN.
+pub const EVENTQ_POST_CAPACITY: usize = 4096;
 
 const _: () = {
+    assert!(EVENTQ_DEFAULT_BUDGET == crate::event_loop::DEFAULT_BUDGET);
+    assert!(EVENTQ_POST_CAPACITY == crate::event_loop::POST_CAPACITY);
     assert!(EVENTQ_IN == events::IN && EVENTQ_PRI == events::PRI && EVENTQ_OUT == events::OUT);
     assert!(
         EVENTQ_ERR == events::ERR && EVENTQ_HUP == events::HUP && EVENTQ_RDHUP == events::RDHUP
@@ -287,7 +296,7 @@ pub extern "C" fn eventq_loop_stop(lp: *const eventq_loop) -> c_int {
 }
 
 /// Runs `fn(arg)` on the loop's thread, after everything posted before it.
-/// Returns 0; -EAGAIN when 4096 posts are already pending; -EINVAL for a
+/// Returns 0; -EAGAIN when EVENTQ_POST_CAPACITY posts are already pending; -EINVAL for a
 /// NULL loop or fn. On failure fn never runs. Posts still pending when the
 /// loop is freed never run.
 ///
@@ -413,7 +422,7 @@ pub extern "C" fn eventq_loop_add_timer(
 }
 
 /// Calls back once per message of `chan`, in order, at most the source's
-/// budget per iteration (default 10, see `eventq_source_set_budget`) so a
+/// budget per iteration (EVENTQ_DEFAULT_BUDGET, see `eventq_source_set_budget`) so a
 /// busy channel cannot starve other sources; then once with data NULL when
 /// the channel is closed and drained, after which the source is disabled.
 /// The source holds its own reference to the channel. Ownership, `out` and
@@ -588,7 +597,7 @@ pub extern "C" fn eventq_source_set_timer(
 }
 
 /// Sets how many messages a channel source delivers per loop iteration (at
-/// least 1; default 10).
+/// least 1; default EVENTQ_DEFAULT_BUDGET).
 ///
 /// Returns 0; -ESTALE if removed; -EINVAL for NULL, 0, or a source that is
 /// not a channel source.

@@ -49,7 +49,8 @@ pub(crate) use check;
 /// The code an export returns when it caught a panic.
 pub(crate) const PANIC: c_int = -libc::ENOTRECOVERABLE;
 
-/// Wait without limit (`timeout_ns` argument of sends and receives).
+/// Wait without limit (`timeout_ns` argument of sends and receives). The
+/// header spells it in build.rs, parenthesised as a macro must be.
 pub const EVENTQ_FOREVER: i64 = -1;
 
 /// The negative errno for `e`.
@@ -167,7 +168,9 @@ const MESSAGES: &[(c_int, &CStr)] = &[
 /// Thread safety: any thread.
 #[no_mangle]
 pub extern "C" fn eventq_strerror(err: c_int) -> *const c_char {
-    let code = err.checked_abs().unwrap_or(0);
+    let Some(code) = err.checked_abs() else {
+        return c"unknown error".as_ptr();
+    };
     MESSAGES
         .iter()
         .find(|(c, _)| *c == code)
