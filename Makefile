@@ -1,0 +1,266 @@
+# libeventq: build, install and test the Rust core, its C ABI and bindings.
+#
+#   make                 release build (target/release/libeventq.{so,a})
+#   make test            every check, in order, stopping at the first failure
+#   make demo            the seed's scenario, bare eventfd versus libeventq
+#   make install PREFIX=/usr/local DESTDIR=
+#
+# Nothing here downloads a toolchain: cargo, cc and pkg-config (and go, once
+# bindings/go exists) must already be on PATH.
+
+# --- Tools -------------------------------------------------------------------
+CARGO      ?= cargo
+CC         ?= cc
+PKG_CONFIG ?= pkg-config
+GO         ?= go
+GOFMT      ?= gofmt
+INSTALL    ?= install
+
+# --- Installation layout -----------------------------------------------------
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+
+# --- Version: read from Cargo.toml's [package] table, nowhere else ----------
+VERSION := $(shell awk -F'"' '/^\[/ { pkg = ($$0 == "[package]") } \
+                              pkg && /^version[ \t]*=/ { print $$2; exit }' Cargo.toml)
+VERSION_MAJOR := $(word 1,$(subst ., ,$(VERSION)))
+ifeq ($(VERSION_MAJOR),)
+$(error cannot read the package version from Cargo.toml)
+endif
+
+# --- Build outputs -----------------------------------------------------------
+CARGO_TARGET_DIR ?= target
+LIB_SO     := $(CARGO_TARGET_DIR)/release/libeventq.so
+LIB_A      := $(CARGO_TARGET_DIR)/release/libeventq.a
+HEADER     := include/eventq.h
+SONAME     := libeventq.so.$(VERSION_MAJOR)
+REALNAME   := libeventq.so.$(VERSION)
+
+BUILD      := build
+# rustc's --print native-static-libs, from a staticlib build in its own target
+# dir (so the main build is never invalidated); rebuilt only when the crate's
+# dependencies, build script or the toolchain change.
+NATIVE_LIBS_DIR := $(BUILD)/native-libs
+NATIVE_LIBS     := $(NATIVE_LIBS_DIR)/native-static-libs.txt
+RUSTC_VERSION   := $(NATIVE_LIBS_DIR)/rustc-version.txt
+
+# --- Tests -------------------------------------------------------------------
+TEST_PREFIX  := $(CURDIR)/$(BUILD)/prefix
+TEST_STAMP   := $(TEST_PREFIX)/.installed
+TEST_PC_PATH := $(TEST_PREFIX)/lib/pkgconfig
+# What `make test` runs, in this order (each is a `test-<stage>` target).
+TEST_STAGES  := fmt clippy cargo-test header install installed-lib \
+                c-tests c-static examples examples-run go
+# The flags every C test and example must compile cleanly with.
+C_STD_FLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread
+CFLAGS       ?= -O2 -g
+# Seconds before a hung C test or example is killed.
+C_TEST_TIMEOUT ?= 120
+
+C_TESTS        := $(sort $(wildcard tests/c/test_*.c))
+C_TEST_BINS    := $(patsubst tests/c/%.c,$(BUILD)/c/%,$(C_TESTS))
+# C tests also linked against libeventq.a, through `pkg-config --static`.
+C_STATIC_TESTS ?= $(wildcard tests/c/test_chan_basic.c)
+C_STATIC_BINS  := $(patsubst tests/c/%.c,$(BUILD)/c-static/%,$(C_STATIC_TESTS))
+EXAMPLES       := $(sort $(wildcard examples-c/*.c))
+EXAMPLE_BINS   := $(patsubst examples-c/%.c,$(BUILD)/examples/%,$(EXAMPLES))
+# Examples that `make test` also runs (names without .c); each must exit 0.
+EXAMPLES_RUN   ?=
+DEMO           := seed_demo
+DEMO_ARGS      ?=
+
+GO_DIR       := bindings/go
+GO_TIMEOUT   ?= 5m
+
+# A recipe line failing plainly when a tool is missing: $(call need,tool,hint)
+need = @command -v $(firstword $(1)) >/dev/null 2>&1 || \
+        { echo "error: $(firstword $(1)) is missing: $(2)" >&2; exit 1; }
+# Marks the running test stage as skipped (see scripts/run-stages.sh).
+skip = @echo "skipped: $(1)"; mkdir -p $(BUILD)/stages && touch $(BUILD)/stages/$@.skipped
+# Compiler and linker flags from the pkg-config file installed in TEST_PREFIX.
+pc_test = $$(PKG_CONFIG_PATH=$(TEST_PC_PATH) $(PKG_CONFIG) $(1) eventq)
+RPATH_TEST := -Wl,-rpath,$(TEST_PREFIX)/lib
+
+.PHONY: all header install test demo clean FORCE \
+        need-cargo need-cc need-pkg-config need-go install-test-prefix \
+        $(addprefix test-,$(TEST_STAGES))
+.DELETE_ON_ERROR:
+
+# Default: the release build of the shared and static library.
+all: $(LIB_SO) $(LIB_A)
+
+# cargo decides whether anything is stale; make only re-stats the outputs.
+$(LIB_SO): FORCE | need-cargo
+	$(CARGO) build --release
+$(LIB_A): $(LIB_SO)
+	@:
+
+# Regenerates the committed C header from src/ffi (commit the result).
+header: | need-cargo
+	EVENTQ_UPDATE_HEADER=1 $(CARGO) build
+
+# rustc's native-static-libs list, for Libs.private of the static library.
+$(NATIVE_LIBS): Cargo.toml $(wildcard Cargo.lock) build.rs $(RUSTC_VERSION) | need-cargo
+	CARGO="$(CARGO)" scripts/native-static-libs.sh $(NATIVE_LIBS_DIR)/target $@
+
+# Rewritten only when the toolchain changes, so it can trigger the above.
+$(RUSTC_VERSION): FORCE | need-cargo
+	@mkdir -p $(@D)
+	@$${RUSTC:-rustc} -vV > $@.tmp && { cmp -s $@.tmp $@ && rm -f $@.tmp || mv -f $@.tmp $@; }
+
+# Installs the library, its symlinks, header and pkg-config file.
+install: $(LIB_SO) $(LIB_A) $(NATIVE_LIBS)
+	$(INSTALL) -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
+	$(INSTALL) -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/$(REALNAME)
+	ln -sfn $(REALNAME) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sfn $(SONAME) $(DESTDIR)$(LIBDIR)/libeventq.so
+	$(INSTALL) -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/libeventq.a
+	$(INSTALL) -m 644 $(HEADER) $(DESTDIR)$(INCLUDEDIR)/eventq.h
+	sed -e 's|@prefix@|$(PREFIX)|g' \
+	    -e 's|@libdir@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))|g' \
+	    -e 's|@includedir@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(INCLUDEDIR))|g' \
+	    -e 's|@version@|$(VERSION)|g' \
+	    -e "s|@libs_private@|$$(cat $(NATIVE_LIBS))|g" \
+	    eventq.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/eventq.pc.tmp
+	mv -f $(DESTDIR)$(PKGCONFIGDIR)/eventq.pc.tmp $(DESTDIR)$(PKGCONFIGDIR)/eventq.pc
+
+# The install `make test` builds C code against; relinks only what changed.
+$(TEST_STAMP): $(LIB_SO) $(LIB_A) $(NATIVE_LIBS) $(HEADER) eventq.pc.in Makefile
+	$(MAKE) --no-print-directory install PREFIX=$(TEST_PREFIX) DESTDIR=
+	@touch $@
+install-test-prefix: $(TEST_STAMP)
+
+# Runs every stage in order and prints the summary the CI reads.
+test:
+	@STAGE_MARKS=$(BUILD)/stages scripts/run-stages.sh "$(MAKE)" $(TEST_STAGES)
+
+# Stage: Rust formatting.
+test-fmt: | need-cargo
+	@$(CARGO) fmt --version >/dev/null 2>&1 || \
+	  { echo "error: rustfmt is missing (rustup component add rustfmt)" >&2; exit 1; }
+	$(CARGO) fmt --check
+
+# Stage: Rust lints, warnings are errors.
+test-clippy: | need-cargo
+	@$(CARGO) clippy --version >/dev/null 2>&1 || \
+	  { echo "error: clippy is missing (rustup component add clippy)" >&2; exit 1; }
+	$(CARGO) clippy --all-targets -- -D warnings
+
+# Stage: Rust unit and integration tests (the unit tests include header drift).
+test-cargo-test: | need-cargo
+	$(CARGO) test
+
+# Stage: the committed header equals a fresh generation.
+test-header: | need-cargo
+	CARGO="$(CARGO)" scripts/check-header.sh $(HEADER)
+
+# Stage: install into build/prefix through the install target.
+test-install: install-test-prefix
+	@echo "installed in $(TEST_PREFIX)"
+
+# Stage: exports, soname, symlinks, pkg-config and version of the install.
+test-installed-lib: $(TEST_STAMP) | need-cc need-pkg-config
+	CC="$(CC)" PKG_CONFIG="$(PKG_CONFIG)" \
+	  scripts/check-install.sh $(TEST_PREFIX) $(VERSION) $(HEADER) $(BUILD)/check-install
+
+# Stage: every tests/c/test_*.c against the installed shared library.
+test-c-tests: $(C_TEST_BINS)
+ifeq ($(C_TESTS),)
+	$(call skip,no tests/c/test_*.c)
+else
+	@scripts/run-programs.sh $(C_TEST_TIMEOUT) $(C_TEST_BINS)
+endif
+
+# Stage: C_STATIC_TESTS linked against libeventq.a with pkg-config --static.
+test-c-static: $(C_STATIC_BINS)
+ifeq ($(C_STATIC_TESTS),)
+	$(call skip,C_STATIC_TESTS is empty)
+else
+	@for b in $(C_STATIC_BINS); do \
+	  if readelf -d $$b | grep -q 'NEEDED.*libeventq'; then \
+	    echo "error: $$b is linked against libeventq.so, not libeventq.a" >&2; exit 1; \
+	  fi; done
+	@scripts/run-programs.sh $(C_TEST_TIMEOUT) $(C_STATIC_BINS)
+endif
+
+# Stage: every examples-c/*.c compiles with the test flags.
+test-examples: $(EXAMPLE_BINS)
+ifeq ($(EXAMPLES),)
+	$(call skip,no examples-c/*.c)
+else
+	@echo "built $(words $(EXAMPLE_BINS)) example(s) in $(BUILD)/examples"
+endif
+
+# Stage: the examples listed in EXAMPLES_RUN run and exit 0.
+test-examples-run: $(addprefix $(BUILD)/examples/,$(EXAMPLES_RUN))
+ifeq ($(strip $(EXAMPLES_RUN)),)
+	$(call skip,EXAMPLES_RUN is empty)
+else
+	@scripts/run-programs.sh $(C_TEST_TIMEOUT) $^
+endif
+
+# Stage: Go bindings: gofmt, vet, test -race (and -tags static if used) on build/prefix.
+test-go: $(if $(wildcard $(GO_DIR)/go.mod),need-go $(TEST_STAMP))
+ifeq ($(wildcard $(GO_DIR)/go.mod),)
+	$(call skip,no $(GO_DIR)/go.mod)
+else
+	@out=$$($(GOFMT) -l $(GO_DIR)) || exit 1; \
+	  if [ -n "$$out" ]; then echo "gofmt -l: not formatted:" >&2; echo "$$out" >&2; exit 1; fi
+	cd $(GO_DIR) && $(GO_ENV) $(GO) vet ./...
+	cd $(GO_DIR) && $(GO_ENV) $(GO) test -race -count=1 -timeout $(GO_TIMEOUT) ./...
+	@if grep -rlqE '^//go:build .*\bstatic\b' --include='*.go' $(GO_DIR); then \
+	  echo 'cd $(GO_DIR) && $(GO) test -race -tags static ./...'; \
+	  cd $(GO_DIR) && $(GO_ENV) $(GO) test -race -count=1 -tags static -timeout $(GO_TIMEOUT) ./...; \
+	fi
+endif
+# Never fetch a Go toolchain; link and run against the test install.
+GO_ENV = GOTOOLCHAIN=local CGO_ENABLED=1 CC="$(CC)" \
+         PKG_CONFIG_PATH=$(TEST_PC_PATH) LD_LIBRARY_PATH=$(TEST_PREFIX)/lib \
+         CGO_LDFLAGS="-g -O2 $(RPATH_TEST)"
+
+# C tests and examples: built against the installed library via pkg-config.
+$(BUILD)/c/%: tests/c/%.c $(wildcard tests/c/*.h) $(TEST_STAMP) | need-cc need-pkg-config
+	@mkdir -p $(@D)
+	$(CC) $(C_STD_FLAGS) $(CFLAGS) $(call pc_test,--cflags) $< -o $@ \
+	  $(call pc_test,--libs) $(RPATH_TEST) $(LDFLAGS)
+$(BUILD)/examples/%: examples-c/%.c $(wildcard examples-c/*.h) $(TEST_STAMP) | need-cc need-pkg-config
+	@mkdir -p $(@D)
+	$(CC) $(C_STD_FLAGS) $(CFLAGS) $(call pc_test,--cflags) $< -o $@ \
+	  $(call pc_test,--libs) $(RPATH_TEST) $(LDFLAGS)
+# Static: -leventq is pinned to libeventq.a; the rest is Libs.private.
+$(BUILD)/c-static/%: tests/c/%.c $(wildcard tests/c/*.h) $(TEST_STAMP) | need-cc need-pkg-config
+	@mkdir -p $(@D)
+	$(CC) $(C_STD_FLAGS) $(CFLAGS) $(call pc_test,--cflags) $< -o $@ \
+	  $$(PKG_CONFIG_PATH=$(TEST_PC_PATH) $(PKG_CONFIG) --static --libs eventq | \
+	     sed 's/-leventq\b/-l:libeventq.a/') $(LDFLAGS)
+
+# Builds and runs the seed's demonstration against the installed library.
+demo: $(BUILD)/examples/$(DEMO)
+	$(BUILD)/examples/$(DEMO) $(DEMO_ARGS)
+examples-c/$(DEMO).c:
+	@echo "error: examples-c/$(DEMO).c does not exist yet: nothing to demo" >&2; exit 1
+
+# Removes every build output (cargo's target dir and build/).
+clean:
+	rm -rf $(BUILD)
+	if command -v $(CARGO) >/dev/null 2>&1; then $(CARGO) clean; else rm -rf $(CARGO_TARGET_DIR); fi
+
+# Tool checks, used as order-only prerequisites.
+need-cargo:
+	$(call need,$(CARGO),install Rust (cargo, rustc) to build libeventq)
+need-cc:
+	$(call need,$(CC),install a C compiler (cc) for the C tests and examples)
+need-pkg-config:
+	$(call need,$(PKG_CONFIG),install pkg-config (or pkgconf))
+need-go:
+	$(call need,$(GO),install Go to build and test $(GO_DIR))
+
+FORCE:
+
+# `make clean all` or `make -j2 clean test` must not race clean against a build.
+ifneq ($(filter clean,$(MAKECMDGOALS)),)
+.NOTPARALLEL:
+endif
