@@ -16,7 +16,8 @@ fn main() {
     let minor = env::var("CARGO_PKG_VERSION_MINOR").unwrap();
     let patch = env::var("CARGO_PKG_VERSION_PATCH").unwrap();
 
-    println!("cargo:rerun-if-changed=src/ffi");
+    // cbindgen reads the whole crate, not just src/ffi.
+    println!("cargo:rerun-if-changed=src");
     println!("cargo:rerun-if-changed=cbindgen.toml");
     println!("cargo:rerun-if-changed=eventq.map");
     println!("cargo:rerun-if-env-changed=EVENTQ_UPDATE_HEADER");
