@@ -67,8 +67,10 @@ C_STATIC_TESTS ?= $(wildcard tests/c/test_chan_basic.c)
 C_STATIC_BINS  := $(patsubst tests/c/%.c,$(BUILD)/c-static/%,$(C_STATIC_TESTS))
 EXAMPLES       := $(sort $(wildcard examples-c/*.c))
 EXAMPLE_BINS   := $(patsubst examples-c/%.c,$(BUILD)/examples/%,$(EXAMPLES))
+# The C block of README.md, compiled and run so the README cannot rot.
+README_EXAMPLE := $(BUILD)/examples/readme
 # Examples that `make test` also runs (names without .c); each must exit 0.
-EXAMPLES_RUN   ?=
+EXAMPLES_RUN   ?= quickstart seed_demo $(if $(wildcard examples-c/loop.c),loop) readme
 DEMO           := seed_demo
 DEMO_ARGS      ?=
 
@@ -186,8 +188,8 @@ else
 	@scripts/run-programs.sh $(C_TEST_TIMEOUT) $(C_STATIC_BINS)
 endif
 
-# Stage: every examples-c/*.c compiles with the test flags.
-test-examples: $(EXAMPLE_BINS)
+# Stage: every examples-c/*.c and the README's C block compile with the test flags.
+test-examples: $(EXAMPLE_BINS) $(README_EXAMPLE)
 ifeq ($(EXAMPLES),)
 	$(call skip,no examples-c/*.c)
 else
@@ -227,6 +229,14 @@ $(BUILD)/c/%: tests/c/%.c $(wildcard tests/c/*.h) $(TEST_STAMP) | need-cc need-p
 	$(CC) $(C_STD_FLAGS) $(CFLAGS) $(call pc_test,--cflags) $< -o $@ \
 	  $(call pc_test,--libs) $(RPATH_TEST) $(LDFLAGS)
 $(BUILD)/examples/%: examples-c/%.c $(wildcard examples-c/*.h) $(TEST_STAMP) | need-cc need-pkg-config
+	@mkdir -p $(@D)
+	$(CC) $(C_STD_FLAGS) $(CFLAGS) $(call pc_test,--cflags) $< -o $@ \
+	  $(call pc_test,--libs) $(RPATH_TEST) $(LDFLAGS)
+$(BUILD)/readme.c: README.md
+	@mkdir -p $(@D)
+	awk '/^```c$$/ { f = 1; next } /^```$$/ { f = 0 } f' $< > $@
+	@test -s $@ || { echo "error: README.md has no \`\`\`c block" >&2; exit 1; }
+$(README_EXAMPLE): $(BUILD)/readme.c $(TEST_STAMP) | need-cc need-pkg-config
 	@mkdir -p $(@D)
 	$(CC) $(C_STD_FLAGS) $(CFLAGS) $(call pc_test,--cflags) $< -o $@ \
 	  $(call pc_test,--libs) $(RPATH_TEST) $(LDFLAGS)
