@@ -1,0 +1,834 @@
+package eventq
+
+/*
+#include <stdint.h>
+#include <eventq.h>
+
+// The channel calls never call back into Go and keep no pointer past their
+// return, which lets cgo skip work and lets Go buffers stay on the stack.
+#cgo noescape eventq_chan_send
+#cgo nocallback eventq_chan_send
+#cgo noescape eventq_chan_recv
+#cgo nocallback eventq_chan_recv
+#cgo noescape eventq_chan_recv_batch
+#cgo nocallback eventq_chan_recv_batch
+#cgo noescape eventq_chan_get_stats
+#cgo nocallback eventq_chan_get_stats
+#cgo noescape eventq_chan_free_final
+#cgo noescape eq_send_packed
+#cgo nocallback eq_send_packed
+
+enum { EQ_SEND_CHUNK = 64 };
+
+// Sends messages packed back to back at base (lens[i] bytes each) with
+// eventq_chan_send_batch, without waiting, EQ_SEND_CHUNK at a time so the
+// eventq_buf array lives on the C stack (Go memory handed to C may not hold
+// Go pointers). Returns how many were queued, or the error of the first
+// call when it queued nothing.
+static int eq_send_packed(const eventq_chan *ch, const uint8_t *base,
+                          const size_t *lens, size_t count) {
+	eventq_buf bufs[EQ_SEND_CHUNK];
+	size_t done = 0, off = 0;
+	while (done < count) {
+		size_t n = count - done, o = off;
+		if (n > EQ_SEND_CHUNK)
+			n = EQ_SEND_CHUNK;
+		for (size_t i = 0; i < n; i++) {
+			bufs[i].data = base + o;
+			bufs[i].len = lens[done + i];
+			o += lens[done + i];
+		}
+		int rc = eventq_chan_send_batch(ch, bufs, n, 0);
+		if (rc < 0)
+			return done ? (int)done : rc;
+		for (int i = 0; i < rc; i++)
+			off += lens[done + (size_t)i];
+		done += (size_t)rc;
+		if ((size_t)rc < n)
+			break;
+	}
+	return (int)done;
+}
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+const (
+	eagain   = -C.int(syscall.EAGAIN)
+	emsgsize = -C.int(syscall.EMSGSIZE)
+)
+
+// liveChans counts Chan handles not yet freed (for the tests).
+var liveChans atomic.Int64
+
+// Chan is a handle to a libeventq channel: a bounded multi-producer,
+// multi-consumer queue of byte messages with the delivery contract of the C
+// library (every accepted message received exactly once, whole, in each
+// producer's order; nothing lost on any error path).
+//
+// All methods are safe for concurrent use by any number of goroutines.
+//
+// # Waiting
+//
+// Send on a full channel and Recv on an empty one wait in Go's netpoller,
+// parked like a goroutine reading a socket: no OS thread is blocked. Each
+// waiter polls its own duplicate of the channel's fd (kept in a small pool
+// and reused), so any number of goroutines can wait at once, each with its
+// own context. A context ends a wait with ctx.Err(); a message is never
+// taken and then dropped because of a cancellation. Each waiting goroutine
+// holds one fd while it waits (up to 16 per direction stay open for reuse),
+// and every waiter on a side wakes when that side's fd is raised; one of
+// them gets the message, the others park again.
+//
+// # Close and Release
+//
+// There are two different ends, as with a Go channel and the variable that
+// holds it:
+//
+//   - Close closes the channel itself, for every handle and every process
+//     thread (D6): sends fail with ErrClosed, what is queued stays
+//     receivable, and receives return ErrClosed once it is drained. Every
+//     waiting goroutine wakes. Close is what a producer calls when done.
+//   - Release frees this handle (the C eventq_chan_free). The channel lives
+//     on while other handles (Clone, C code, a loop's channel source) hold
+//     it; the last release discards what is still queued and counts it in
+//     FinalStats. After Release, calls on this Chan return ErrReleased, and
+//     goroutines still waiting on it wake with ErrReleased. A finalizer
+//     releases a forgotten handle, but only as a backstop: call Release.
+type Chan struct {
+	ptr    *C.eventq_chan
+	ref    refGuard
+	recvFd int
+	sendFd int
+
+	mu       sync.Mutex
+	released bool
+	idle     [2][]*waiter         // pooled waiters per direction (dirRecv, dirSend)
+	files    map[*waiter]struct{} // every open waiter, idle or busy
+	final    atomic.Pointer[Stats]
+}
+
+// Stats are a channel's counters (the C eventq_chan_stats).
+type Stats struct {
+	Sent         uint64 // messages accepted by sends
+	Received     uint64 // messages returned by receives
+	Pending      uint64 // messages queued now
+	PendingBytes uint64 // bytes queued now
+	Dropped      uint64 // messages discarded when the last handle was freed
+	PeakDepth    uint64 // most messages ever queued at once
+	// Writes to the receive eventfd: one per empty-to-non-empty transition
+	// and one at close; far below Sent on a busy channel.
+	RecvDoorbellRings uint64
+	// Writes to the send eventfd: at creation, per drain to the low-water
+	// mark after the channel was full, and at close.
+	SendDoorbellRings uint64
+	Closed            bool
+}
+
+func statsOf(s *C.eventq_chan_stats) Stats {
+	return Stats{
+		Sent:              uint64(s.sent),
+		Received:          uint64(s.received),
+		Pending:           uint64(s.pending),
+		PendingBytes:      uint64(s.pending_bytes),
+		Dropped:           uint64(s.dropped),
+		PeakDepth:         uint64(s.peak_depth),
+		RecvDoorbellRings: uint64(s.recv_doorbell_rings),
+		SendDoorbellRings: uint64(s.send_doorbell_rings),
+		Closed:            s.closed != 0,
+	}
+}
+
+type options struct {
+	capacity, maxBytes, maxMsg, lowWater int
+	lowWaterSet                          bool
+}
+
+// Option configures NewChan.
+type Option func(*options)
+
+// WithCapacity sets the most messages queued at once (default 1024; at
+// least 1).
+func WithCapacity(n int) Option { return func(o *options) { o.capacity = n } }
+
+// WithMaxBytes sets the most bytes queued at once, the sum of the queued
+// messages' lengths (default 0: no byte limit).
+func WithMaxBytes(n int) Option { return func(o *options) { o.maxBytes = n } }
+
+// WithMaxMessageSize sets the longest message accepted (default 1 MiB, or
+// the byte limit if smaller); longer sends fail with ErrTooLarge.
+func WithMaxMessageSize(n int) Option { return func(o *options) { o.maxMsg = n } }
+
+// WithLowWater sets the queue depth at or below which the send side is
+// signalled again after the channel was full (default half the capacity;
+// must be below the capacity). Blocked senders wake at this depth.
+func WithLowWater(n int) Option {
+	return func(o *options) { o.lowWater, o.lowWaterSet = n, true }
+}
+
+// NewChan creates a channel and returns its first handle. Invalid options
+// (zero capacity, a maximum message size above the byte limit, low water
+// not below capacity, negative values) give an error wrapping
+// syscall.EINVAL.
+func NewChan(opts ...Option) (*Chan, error) {
+	o := options{capacity: C.EVENTQ_DEFAULT_CAPACITY}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.capacity < 0 || o.maxBytes < 0 || o.maxMsg < 0 || o.lowWater < 0 {
+		return nil, syscall.EINVAL
+	}
+	var copts C.eventq_chan_opts
+	if rc := C.eventq_chan_opts_init(&copts); rc < 0 {
+		return nil, errOf(rc)
+	}
+	copts.capacity = C.size_t(o.capacity)
+	copts.max_bytes = C.size_t(o.maxBytes)
+	copts.max_msg_size = C.size_t(o.maxMsg)
+	if o.lowWaterSet {
+		copts.low_water = C.size_t(o.lowWater)
+	}
+	var p *C.eventq_chan
+	if rc := C.eventq_chan_new(&copts, &p); rc < 0 {
+		return nil, errOf(rc)
+	}
+	return wrapChan(p), nil
+}
+
+// FromC takes ownership of a C channel handle (an eventq_chan*, for example
+// made by C code with eventq_chan_new or eventq_chan_clone) and returns it
+// as a Chan. The Chan frees it on Release; C code must not free it.
+func FromC(handle unsafe.Pointer) (*Chan, error) {
+	if handle == nil {
+		return nil, syscall.EINVAL
+	}
+	return wrapChan((*C.eventq_chan)(handle)), nil
+}
+
+func wrapChan(p *C.eventq_chan) *Chan {
+	c := &Chan{
+		ptr:    p,
+		recvFd: int(C.eventq_chan_recv_fd(p)),
+		sendFd: int(C.eventq_chan_send_fd(p)),
+		files:  make(map[*waiter]struct{}),
+	}
+	c.ref.init()
+	liveChans.Add(1)
+	runtime.SetFinalizer(c, (*Chan).finalize)
+	return c
+}
+
+// use takes a reference to the handle for one call; done gives it back.
+func (c *Chan) use() bool { return c.ref.acquire() }
+
+func (c *Chan) done() {
+	if c.ref.release() {
+		c.free()
+	}
+	runtime.KeepAlive(c)
+}
+
+func (c *Chan) free() {
+	var st C.eventq_chan_stats
+	if C.eventq_chan_free_final(c.ptr, &st) == 1 {
+		s := statsOf(&st)
+		c.final.Store(&s)
+	}
+	liveChans.Add(-1)
+}
+
+// Clone returns a new handle to the same channel, released separately.
+func (c *Chan) Clone() (*Chan, error) {
+	if !c.use() {
+		return nil, ErrReleased
+	}
+	defer c.done()
+	p := C.eventq_chan_clone(c.ptr)
+	if p == nil {
+		return nil, syscall.ENOMEM
+	}
+	return wrapChan(p), nil
+}
+
+// CloneC returns a new C handle (an eventq_chan*) to the same channel, for
+// C code in the same process; that code frees it with eventq_chan_free.
+// Nil if this handle was released.
+func (c *Chan) CloneC() unsafe.Pointer {
+	if !c.use() {
+		return nil
+	}
+	defer c.done()
+	return unsafe.Pointer(C.eventq_chan_clone(c.ptr))
+}
+
+// Close closes the channel for every handle (D6). Sends fail with ErrClosed
+// from now on; queued messages stay receivable and receives return
+// ErrClosed once the channel is drained; every goroutine (and C thread)
+// waiting on the channel wakes. Close loses nothing already accepted and
+// may be called any number of times, from any goroutine. It does not
+// release this handle (see Release).
+func (c *Chan) Close() error {
+	if !c.use() {
+		return ErrReleased
+	}
+	defer c.done()
+	return errOf(C.eventq_chan_close(c.ptr))
+}
+
+// Release frees this handle (not the channel, unless it is the last
+// handle: see the type's documentation). Goroutines still waiting on this
+// handle wake with ErrReleased; calls in progress finish first. A second
+// Release returns ErrReleased.
+func (c *Chan) Release() error {
+	if !c.ref.close() {
+		return ErrReleased
+	}
+	runtime.SetFinalizer(c, nil)
+	c.shutdown()
+	return nil
+}
+
+func (c *Chan) finalize() {
+	if c.ref.close() {
+		c.shutdown()
+	}
+}
+
+// shutdown closes the waiters' files (waking their goroutines) and drops
+// the owner's reference.
+func (c *Chan) shutdown() {
+	c.mu.Lock()
+	c.released = true
+	files := c.files
+	c.files = nil
+	c.idle = [2][]*waiter{}
+	c.mu.Unlock()
+	for w := range files {
+		w.f.Close()
+	}
+	c.done()
+}
+
+// FinalStats returns the channel's last counters, including Dropped (the
+// messages discarded because they were still queued), if the Release of
+// this handle freed the channel's last handle; ok is false otherwise.
+func (c *Chan) FinalStats() (s Stats, ok bool) {
+	if p := c.final.Load(); p != nil {
+		return *p, true
+	}
+	return Stats{}, false
+}
+
+// Stats returns a snapshot of the channel's counters.
+func (c *Chan) Stats() (Stats, error) {
+	if !c.use() {
+		return Stats{}, ErrReleased
+	}
+	defer c.done()
+	var st C.eventq_chan_stats
+	if rc := C.eventq_chan_get_stats(c.ptr, &st); rc < 0 {
+		return Stats{}, errOf(rc)
+	}
+	return statsOf(&st), nil
+}
+
+// RecvFd returns the channel's receive fd, for users who poll it in their
+// own event loop: readable exactly while messages are pending or the
+// channel is closed (D4). The fd belongs to the channel and stays valid
+// until the last handle is released: poll it, never read, write or close
+// it, and never pass it to os.NewFile (the os.File would close it; use
+// RecvFile for an *os.File).
+func (c *Chan) RecvFd() int { return c.recvFd }
+
+// SendFd returns the channel's send fd: not readable while the channel is
+// full and open, readable again once it drained to the low-water mark or
+// is closed (D5). Ownership as for RecvFd.
+func (c *Chan) SendFd() int { return c.sendFd }
+
+// RecvFile returns a duplicate of the receive fd (close-on-exec, shares
+// its readiness) as an *os.File registered with Go's netpoller; the caller
+// owns and closes it. Wait on it with SyscallConn().Read, trying TryRecv
+// inside and returning false only on ErrWouldBlock; never call its Fd
+// method, which would make it blocking.
+func (c *Chan) RecvFile() (*os.File, error) { return c.dupFile(c.recvFd, "eventq-recv") }
+
+// SendFile is RecvFile for the send fd (wait with TrySend inside).
+func (c *Chan) SendFile() (*os.File, error) { return c.dupFile(c.sendFd, "eventq-send") }
+
+func (c *Chan) dupFile(fd int, name string) (*os.File, error) {
+	if !c.use() {
+		return nil, ErrReleased
+	}
+	defer c.done()
+	r, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_DUPFD_CLOEXEC, 0)
+	if e != 0 {
+		return nil, os.NewSyscallError("fcntl F_DUPFD_CLOEXEC", e)
+	}
+	// The eventfd is O_NONBLOCK (shared by the dup), so os.NewFile puts it
+	// in the netpoller; a zero deadline fails if that did not happen.
+	f := os.NewFile(r, name)
+	if err := f.SetReadDeadline(time.Time{}); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// --- Sending ---------------------------------------------------------------
+
+func bytesPtr(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
+
+func (c *Chan) trySend(msg []byte) C.int {
+	return C.eventq_chan_send(c.ptr, bytesPtr(msg), C.size_t(len(msg)), 0)
+}
+
+// TrySend queues a copy of msg if there is room now. Errors: ErrWouldBlock
+// (full), ErrClosed, ErrTooLarge, ErrReleased. On error nothing was queued
+// and msg stays the caller's.
+func (c *Chan) TrySend(msg []byte) error {
+	if !c.use() {
+		return ErrReleased
+	}
+	defer c.done()
+	return errOf(c.trySend(msg))
+}
+
+// Send queues a copy of msg, waiting in the netpoller while the channel is
+// full, until there is room, the channel is closed (ErrClosed), or ctx is
+// done (ctx.Err()). On any error nothing was queued. A done ctx does not
+// stop a send that finds room at once.
+//
+// A Send that found the channel full waits on the send fd, which the
+// library raises when the queue has drained to its low-water mark (D5;
+// default half the capacity, see WithLowWater), not at the first free
+// slot: like a socket's SO_SNDLOWAT, this wakes a blocked producer once per
+// drained half instead of once per message. WithLowWater(capacity-1) wakes
+// it as soon as one message is taken.
+func (c *Chan) Send(ctx context.Context, msg []byte) error {
+	if !c.use() {
+		return ErrReleased
+	}
+	defer c.done()
+	rc := c.trySend(msg)
+	if rc == eagain {
+		var err error
+		if rc, err = c.wait(ctx, dirSend, func() C.int { return c.trySend(msg) }); err != nil {
+			return err
+		}
+	}
+	return errOf(rc)
+}
+
+// packed is a batch of messages copied back to back, as eq_send_packed
+// takes them.
+type packed struct {
+	buf  []byte
+	lens []C.size_t
+	offs []int
+}
+
+var packedPool = sync.Pool{New: func() any { return new(packed) }}
+
+// maxPooled is the largest scratch buffer kept for reuse.
+const maxPooled = 1 << 20
+
+func putPacked(pk *packed) {
+	if cap(pk.buf) <= maxPooled {
+		packedPool.Put(pk)
+	}
+}
+
+// SendBatch sends msgs in order, waiting for room as Send does, until all
+// are queued, the channel is closed, ctx is done, or a message is too
+// large; it returns how many were queued (a prefix of msgs) and the error
+// that stopped it. Each libeventq call queues as many as fit, so a batch
+// into a channel with room costs one cgo crossing per 64 messages plus a
+// copy of the batch into one buffer.
+func (c *Chan) SendBatch(ctx context.Context, msgs [][]byte) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	if !c.use() {
+		return 0, ErrReleased
+	}
+	defer c.done()
+	pk := packedPool.Get().(*packed)
+	defer putPacked(pk)
+	pk.buf, pk.lens, pk.offs = pk.buf[:0], pk.lens[:0], pk.offs[:0]
+	for _, m := range msgs {
+		pk.offs = append(pk.offs, len(pk.buf))
+		pk.lens = append(pk.lens, C.size_t(len(m)))
+		pk.buf = append(pk.buf, m...)
+	}
+	sent := 0
+	try := func() C.int {
+		var base *C.uint8_t
+		if off := pk.offs[sent]; off < len(pk.buf) {
+			base = (*C.uint8_t)(unsafe.Pointer(&pk.buf[off]))
+		}
+		return C.eq_send_packed(c.ptr, base, &pk.lens[sent], C.size_t(len(msgs)-sent))
+	}
+	for sent < len(msgs) {
+		rc := try()
+		if rc == eagain {
+			var err error
+			if rc, err = c.wait(ctx, dirSend, try); err != nil {
+				return sent, err
+			}
+		}
+		if rc < 0 {
+			return sent, errOf(rc)
+		}
+		sent += int(rc)
+	}
+	return sent, nil
+}
+
+// --- Receiving -------------------------------------------------------------
+
+// recvStack is the size of the stack buffer a Recv first receives into.
+const recvStack = 512
+
+// tryRecv takes the head message into a new slice of its exact length.
+func (c *Chan) tryRecv() ([]byte, C.int) {
+	var stack [recvStack]byte
+	var n C.size_t
+	rc := C.eventq_chan_recv(c.ptr, unsafe.Pointer(&stack[0]), recvStack, &n, 0)
+	if rc == 0 {
+		msg := make([]byte, int(n))
+		copy(msg, stack[:n])
+		return msg, 0
+	}
+	for rc == emsgsize {
+		// Longer than the stack buffer: receive straight into one of its
+		// size. Another consumer may take it first; then try again with
+		// whatever is at the head now.
+		buf := make([]byte, int(n))
+		rc = C.eventq_chan_recv(c.ptr, unsafe.Pointer(&buf[0]), n, &n, 0)
+		if rc == 0 {
+			return buf[:n:n], 0
+		}
+	}
+	return nil, rc
+}
+
+// TryRecv returns the head message if there is one now (a new slice;
+// zero-length messages are non-nil empty slices). Errors: ErrWouldBlock
+// (empty), ErrClosed (closed and drained: end of stream), ErrReleased.
+func (c *Chan) TryRecv() ([]byte, error) {
+	if !c.use() {
+		return nil, ErrReleased
+	}
+	defer c.done()
+	msg, rc := c.tryRecv()
+	return msg, errOf(rc)
+}
+
+// Recv returns the next message (a new slice of exactly its length),
+// waiting in the netpoller while the channel is empty. It returns
+// ErrClosed at end of stream (closed and drained) and ctx.Err() if ctx is
+// done first; a done ctx does not stop a Recv that finds a message at
+// once.
+func (c *Chan) Recv(ctx context.Context) ([]byte, error) {
+	if !c.use() {
+		return nil, ErrReleased
+	}
+	defer c.done()
+	msg, rc := c.tryRecv()
+	if rc == eagain {
+		return c.recvWait(ctx)
+	}
+	return msg, errOf(rc)
+}
+
+// recvWait is Recv's slow path, apart so that the fast path allocates no
+// closure.
+func (c *Chan) recvWait(ctx context.Context) ([]byte, error) {
+	var msg []byte
+	rc, err := c.wait(ctx, dirRecv, func() C.int {
+		var r C.int
+		msg, r = c.tryRecv()
+		return r
+	})
+	if err != nil {
+		return nil, err
+	}
+	return msg, errOf(rc)
+}
+
+func (c *Chan) tryRecvInto(buf []byte, n *C.size_t) C.int {
+	return C.eventq_chan_recv(c.ptr, bytesPtr(buf), C.size_t(len(buf)), n, 0)
+}
+
+// RecvInto receives the next message into buf and returns its length,
+// waiting as Recv does. If buf is shorter than the message it returns a
+// *BufferTooSmallError with the length needed, and the message stays at
+// the head of the queue (D7). No allocation.
+func (c *Chan) RecvInto(ctx context.Context, buf []byte) (int, error) {
+	if !c.use() {
+		return 0, ErrReleased
+	}
+	defer c.done()
+	var n C.size_t
+	rc := c.tryRecvInto(buf, &n)
+	if rc == eagain {
+		return c.recvIntoWait(ctx, buf)
+	}
+	return recvIntoResult(rc, n)
+}
+
+func (c *Chan) recvIntoWait(ctx context.Context, buf []byte) (int, error) {
+	var n C.size_t
+	rc, err := c.wait(ctx, dirRecv, func() C.int { return c.tryRecvInto(buf, &n) })
+	if err != nil {
+		return 0, err
+	}
+	return recvIntoResult(rc, n)
+}
+
+func recvIntoResult(rc C.int, n C.size_t) (int, error) {
+	if rc == emsgsize {
+		return 0, &BufferTooSmallError{Needed: int(n)}
+	}
+	if rc < 0 {
+		return 0, errOf(rc)
+	}
+	return int(n), nil
+}
+
+// DefaultBatch is the batch size RecvBatch uses when asked for max <= 0,
+// and the one All and Batches use.
+const DefaultBatch = 64
+
+type batchScratch struct {
+	buf  []byte
+	lens []C.size_t
+}
+
+var batchPool = sync.Pool{New: func() any {
+	return &batchScratch{buf: make([]byte, 64<<10)}
+}}
+
+// tryRecvBatch takes up to max messages in one libeventq call.
+func (c *Chan) tryRecvBatch(s *batchScratch, max int) ([][]byte, C.int) {
+	if cap(s.lens) < max {
+		s.lens = make([]C.size_t, max)
+	}
+	s.lens = s.lens[:max]
+	for {
+		rc := C.eventq_chan_recv_batch(c.ptr, unsafe.Pointer(&s.buf[0]), C.size_t(len(s.buf)),
+			&s.lens[0], C.size_t(max), 0)
+		if rc == emsgsize {
+			s.buf = make([]byte, int(s.lens[0]))
+			continue
+		}
+		if rc <= 0 {
+			return nil, rc
+		}
+		total := 0
+		for _, l := range s.lens[:rc] {
+			total += int(l)
+		}
+		// One allocation for the whole batch; each message is a full slice
+		// expression, so appending to one cannot overwrite the next.
+		all := make([]byte, total)
+		copy(all, s.buf[:total])
+		msgs := make([][]byte, rc)
+		off := 0
+		for i, l := range s.lens[:rc] {
+			msgs[i] = all[off : off+int(l) : off+int(l)]
+			off += int(l)
+		}
+		return msgs, rc
+	}
+}
+
+// RecvBatch waits (as Recv does) for at least one message, then returns
+// up to max messages that are queued (max <= 0: DefaultBatch), in order.
+// They are taken with one libeventq call into a packed buffer and copied
+// out into a single new allocation that the returned slices share, so a
+// busy channel costs one cgo crossing per batch instead of per message.
+// With a done ctx it returns what is queued now, or ctx.Err().
+func (c *Chan) RecvBatch(ctx context.Context, max int) ([][]byte, error) {
+	if max <= 0 {
+		max = DefaultBatch
+	}
+	if !c.use() {
+		return nil, ErrReleased
+	}
+	defer c.done()
+	s := batchPool.Get().(*batchScratch)
+	defer func() {
+		if len(s.buf) <= maxPooled {
+			batchPool.Put(s)
+		}
+	}()
+	msgs, rc := c.tryRecvBatch(s, max)
+	if rc == eagain {
+		return c.recvBatchWait(ctx, s, max)
+	}
+	if rc < 0 {
+		return nil, errOf(rc)
+	}
+	return msgs, nil
+}
+
+func (c *Chan) recvBatchWait(ctx context.Context, s *batchScratch, max int) ([][]byte, error) {
+	var msgs [][]byte
+	rc, err := c.wait(ctx, dirRecv, func() C.int {
+		var r C.int
+		msgs, r = c.tryRecvBatch(s, max)
+		return r
+	})
+	if err != nil {
+		return nil, err
+	}
+	if rc < 0 {
+		return nil, errOf(rc)
+	}
+	return msgs, nil
+}
+
+// --- Waiting in the netpoller ---------------------------------------------
+
+type direction int
+
+const (
+	dirRecv direction = iota
+	dirSend
+)
+
+// maxIdleWaiters is how many idle waiter files a Chan keeps per direction.
+const maxIdleWaiters = 16
+
+// waiter is one duplicate of a channel fd in the netpoller, used by one
+// waiting goroutine at a time, so each waiter has its own deadline.
+type waiter struct {
+	f    *os.File
+	conn syscall.RawConn
+}
+
+func (c *Chan) getWaiter(d direction) (*waiter, error) {
+	c.mu.Lock()
+	if c.released {
+		c.mu.Unlock()
+		return nil, ErrReleased
+	}
+	if n := len(c.idle[d]); n > 0 {
+		w := c.idle[d][n-1]
+		c.idle[d] = c.idle[d][:n-1]
+		c.mu.Unlock()
+		return w, nil
+	}
+	c.mu.Unlock()
+	fd, name := c.recvFd, "eventq-recv"
+	if d == dirSend {
+		fd, name = c.sendFd, "eventq-send"
+	}
+	f, err := c.dupFile(fd, name)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	w := &waiter{f: f, conn: conn}
+	c.mu.Lock()
+	if c.released {
+		c.mu.Unlock()
+		f.Close()
+		return nil, ErrReleased
+	}
+	c.files[w] = struct{}{}
+	c.mu.Unlock()
+	return w, nil
+}
+
+func (c *Chan) putWaiter(d direction, w *waiter) {
+	c.mu.Lock()
+	if !c.released && len(c.idle[d]) < maxIdleWaiters {
+		c.idle[d] = append(c.idle[d], w)
+		c.mu.Unlock()
+		return
+	}
+	if c.files != nil {
+		delete(c.files, w)
+	}
+	c.mu.Unlock()
+	w.f.Close()
+}
+
+// parkHook, if set (by the tests), runs each time a waiter is about to
+// park in the netpoller.
+var parkHook atomic.Pointer[func(*Chan, direction)]
+
+// aLongTimeAgo is a deadline in the past: setting it wakes a waiter now.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// wait parks the goroutine in the netpoller on the channel's receive or
+// send fd until op, a non-blocking attempt, returns something other than
+// -EAGAIN; it returns that code. op runs inside SyscallConn().Read: a
+// false return (EAGAIN) waits for the fd's next readiness edge, which the
+// library raises on exactly the transitions a waiter needs (the queue
+// leaving empty, draining to low water, close). ctx ends the wait through
+// a read deadline set by context.AfterFunc; the error is then ctx.Err().
+// op never runs after the wait has ended, so nothing it took is lost.
+func (c *Chan) wait(ctx context.Context, d direction, op func() C.int) (C.int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	w, err := c.getWaiter(d)
+	if err != nil {
+		return 0, err
+	}
+	var stop func() bool
+	var fired chan struct{}
+	if ctx.Done() != nil {
+		fired = make(chan struct{})
+		stop = context.AfterFunc(ctx, func() {
+			w.f.SetReadDeadline(aLongTimeAgo)
+			close(fired)
+		})
+	}
+	var rc C.int
+	rerr := w.conn.Read(func(uintptr) bool {
+		if rc = op(); rc != eagain {
+			return true
+		}
+		if h := parkHook.Load(); h != nil {
+			(*h)(c, d)
+		}
+		return false
+	})
+	if stop != nil && !stop() {
+		// The deadline was (or is being) set: wait for it, then clear it
+		// before the waiter goes back to the pool.
+		<-fired
+		w.f.SetReadDeadline(time.Time{})
+	}
+	c.putWaiter(d, w)
+	switch {
+	case rerr == nil:
+		return rc, nil
+	case errors.Is(rerr, os.ErrDeadlineExceeded) && ctx.Err() != nil:
+		return 0, ctx.Err()
+	case c.ref.closed():
+		// Release closed the waiter's file ("use of closed file").
+		return 0, ErrReleased
+	default:
+		return 0, rerr
+	}
+}

@@ -1,0 +1,29 @@
+// Package eventq is the Go binding of libeventq: per-event message delivery
+// between threads and into event loops, with a Rust core behind a C ABI.
+//
+// A [Chan] is a bounded multi-producer multi-consumer queue of byte
+// messages whose file descriptor is readable exactly while messages are
+// pending: every message a send accepted is received exactly once, whole,
+// and in its producer's order, whichever side of the cgo line sends or
+// receives. Goroutines that wait on a Chan (receiving from an empty one,
+// sending to a full one) park in Go's netpoller, not on an OS thread, and a
+// context.Context ends the wait.
+//
+// A [Loop] is libeventq's epoll dispatcher, with Go callbacks for fd,
+// timer, channel and signal sources, posts from any goroutine, and panics
+// in callbacks recovered and returned as errors.
+//
+// # Errors
+//
+// Every error from the C library wraps its errno as a syscall.Errno, so
+// errors.Is works with both the sentinels ([ErrClosed], [ErrWouldBlock],
+// [ErrTooLarge], ...) and the errno (syscall.EPIPE, syscall.EAGAIN, ...).
+//
+// # Linking
+//
+// The package links libeventq through pkg-config (eventq.pc); build with
+// -tags static to link libeventq.a instead. For a library installed outside
+// the default paths:
+//
+//	PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig CGO_LDFLAGS="-Wl,-rpath,$PREFIX/lib" go test ./...
+package eventq

@@ -1,0 +1,138 @@
+package eventq
+
+// #include <eventq.h>
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+)
+
+// errnoError is a sentinel error that wraps the errno the C library
+// returns, so errors.Is matches both the sentinel and the syscall.Errno.
+type errnoError struct {
+	msg   string
+	errno syscall.Errno
+}
+
+func (e *errnoError) Error() string { return e.msg }
+func (e *errnoError) Unwrap() error { return e.errno }
+
+// Sentinel errors. Each wraps the syscall.Errno the C library returned, so
+// both errors.Is(err, ErrClosed) and errors.Is(err, syscall.EPIPE) hold.
+var (
+	// ErrClosed: the channel is closed. A send fails with it at once; a
+	// receive returns it once the channel is closed and drained (end of
+	// stream). Wraps syscall.EPIPE.
+	ErrClosed error = &errnoError{"eventq: channel closed", syscall.EPIPE}
+
+	// ErrWouldBlock: a TrySend found no room, a TryRecv found no message,
+	// or Loop.Post found the post queue full. Wraps syscall.EAGAIN.
+	ErrWouldBlock error = &errnoError{"eventq: operation would block", syscall.EAGAIN}
+
+	// ErrTooLarge: a message is longer than the channel's maximum message
+	// size (or its byte limit); nothing was queued. Wraps syscall.EMSGSIZE.
+	ErrTooLarge error = &errnoError{"eventq: message too large for the channel", syscall.EMSGSIZE}
+
+	// ErrReleased: the Chan handle was released (Release, or its
+	// finalizer); goroutines still waiting on it wake with this error.
+	// Wraps syscall.EBADF.
+	ErrReleased error = &errnoError{"eventq: channel handle released", syscall.EBADF}
+
+	// ErrLoopClosed: the Loop was closed. Wraps syscall.EBADF.
+	ErrLoopClosed error = &errnoError{"eventq: loop closed", syscall.EBADF}
+
+	// ErrRemoved: the Source was removed, by Remove or by closing its loop.
+	// Wraps syscall.ESTALE.
+	ErrRemoved error = &errnoError{"eventq: source removed", syscall.ESTALE}
+
+	// ErrBusy: the loop is already being run (Run and RunOnce are one
+	// goroutine at a time, and not from inside a callback). Wraps
+	// syscall.EBUSY.
+	ErrBusy error = &errnoError{"eventq: loop already running", syscall.EBUSY}
+)
+
+// BufferTooSmallError is returned by RecvInto when the caller's buffer is
+// shorter than the head message. The message stays queued (D7): receive it
+// again with a buffer of at least Needed bytes. It wraps syscall.EMSGSIZE.
+type BufferTooSmallError struct {
+	// Needed is the length of the head message when the receive was tried.
+	Needed int
+}
+
+func (e *BufferTooSmallError) Error() string {
+	return fmt.Sprintf("eventq: receive buffer too small: the message needs %d bytes (it stays queued)", e.Needed)
+}
+
+// Unwrap returns syscall.EMSGSIZE.
+func (e *BufferTooSmallError) Unwrap() error { return syscall.EMSGSIZE }
+
+// PanicError is a panic recovered from a Go callback of a Loop. The source
+// whose callback panicked is disabled, Run stops after the current
+// iteration, and Run or RunOnce returns the PanicError (also kept by the
+// Source, see Source.Err). It wraps syscall.ENOTRECOVERABLE, the code handed
+// back to the C library.
+type PanicError struct {
+	// Value is what was passed to panic.
+	Value any
+	// Stack is the panicking goroutine's stack, from runtime/debug.Stack.
+	Stack []byte
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("eventq: panic in loop callback: %v", e.Value)
+}
+
+// Unwrap returns the panic value if it is an error, else
+// syscall.ENOTRECOVERABLE.
+func (e *PanicError) Unwrap() error {
+	if err, ok := e.Value.(error); ok {
+		return err
+	}
+	return syscall.ENOTRECOVERABLE
+}
+
+// errOf maps a negative return code of the C library to a Go error: the
+// sentinels above where one applies, else the bare syscall.Errno. Zero and
+// positive codes are success (nil).
+func errOf(rc C.int) error {
+	if rc >= 0 {
+		return nil
+	}
+	switch errno := syscall.Errno(-rc); errno {
+	case syscall.EPIPE:
+		return ErrClosed
+	case syscall.EAGAIN:
+		return ErrWouldBlock
+	case syscall.EMSGSIZE:
+		return ErrTooLarge
+	case syscall.ESTALE:
+		return ErrRemoved
+	case syscall.EBUSY:
+		return ErrBusy
+	default:
+		return errno
+	}
+}
+
+// callbackCode is what a Go callback's error becomes for the C library: its
+// errno when it wraps one, else ECANCELED. Always negative.
+func callbackCode(err error) C.int {
+	var errno syscall.Errno
+	if errors.As(err, &errno) && errno > 0 {
+		return -C.int(errno)
+	}
+	return -C.int(syscall.ECANCELED)
+}
+
+// Strerror is the C library's description of a return code (negative or
+// positive), from eventq_strerror.
+func Strerror(code int) string {
+	return C.GoString(C.eventq_strerror(C.int(code)))
+}
+
+// Version is the C library's version string, e.g. "0.1.0".
+func Version() string {
+	return C.GoString(C.eventq_version_string())
+}

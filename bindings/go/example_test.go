@@ -1,0 +1,134 @@
+package eventq_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	eventq "github.com/libeventq/eventq-go"
+)
+
+// A producer goroutine sends and closes; the consumer ranges over the
+// messages until end of stream, waiting in the netpoller when the channel
+// is empty.
+func ExampleChan() {
+	ch, err := eventq.NewChan(eventq.WithCapacity(16))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer ch.Release()
+
+	go func() {
+		for _, s := range []string{"one", "two", "three"} {
+			if err := ch.Send(context.Background(), []byte(s)); err != nil {
+				fmt.Println(err)
+			}
+		}
+		ch.Close() // end of stream: the receiver's range ends
+	}()
+
+	for msg, err := range ch.All(context.Background()) {
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Println(string(msg))
+	}
+	st, _ := ch.Stats()
+	fmt.Println("sent", st.Sent, "received", st.Received)
+	// Output:
+	// one
+	// two
+	// three
+	// sent 3 received 3
+}
+
+// Batches amortise the cgo crossing: one call moves many messages.
+func ExampleChan_SendBatch() {
+	ch, _ := eventq.NewChan()
+	defer ch.Release()
+
+	n, err := ch.SendBatch(context.Background(), [][]byte{[]byte("a"), []byte("bb"), []byte("ccc")})
+	fmt.Println("queued", n, err)
+
+	msgs, err := ch.RecvBatch(context.Background(), 10)
+	for _, m := range msgs {
+		fmt.Printf("%s ", m)
+	}
+	fmt.Println(err)
+	// Output:
+	// queued 3 <nil>
+	// a bb ccc <nil>
+}
+
+// A buffer that is too small loses nothing: the error says the length
+// needed and the message stays queued.
+func ExampleChan_RecvInto() {
+	ch, _ := eventq.NewChan()
+	defer ch.Release()
+	ch.TrySend([]byte("a longer message"))
+
+	buf := make([]byte, 4)
+	_, err := ch.RecvInto(context.Background(), buf)
+	var small *eventq.BufferTooSmallError
+	if errors.As(err, &small) {
+		fmt.Println("needs", small.Needed, "bytes")
+		buf = make([]byte, small.Needed)
+	}
+	n, err := ch.RecvInto(context.Background(), buf)
+	fmt.Printf("%q %v\n", buf[:n], err)
+	// Output:
+	// needs 16 bytes
+	// "a longer message" <nil>
+}
+
+// A loop dispatches each message of a channel to a Go callback, on the
+// goroutine that runs it.
+func ExampleLoop() {
+	lp, err := eventq.NewLoop()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer lp.Close()
+	ch, _ := eventq.NewChan()
+	defer ch.Release()
+
+	_, err = lp.AddChan(ch, func(src *eventq.Source, msg []byte, eof bool) error {
+		if eof {
+			fmt.Println("end of stream")
+			return lp.Stop()
+		}
+		fmt.Printf("handled %s\n", msg)
+		return nil
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ch.TrySend([]byte("request 1"))
+	ch.TrySend([]byte("request 2"))
+	ch.Close()
+
+	if err := lp.Run(); err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// handled request 1
+	// handled request 2
+	// end of stream
+}
+
+// A panic in a callback does not crash the program: Run returns it.
+func ExampleLoop_panic() {
+	lp, _ := eventq.NewLoop()
+	defer lp.Close()
+	lp.Post(func() { panic("bad handler") })
+
+	err := lp.Run()
+	var perr *eventq.PanicError
+	fmt.Println(errors.As(err, &perr), perr.Value)
+	// Output:
+	// true bad handler
+}

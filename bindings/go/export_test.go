@@ -1,0 +1,22 @@
+package eventq
+
+// LiveChans is the number of Chan handles not yet freed.
+func LiveChans() int64 { return liveChans.Load() }
+
+// LiveHandles is the number of cgo.Handles not yet deleted.
+func LiveHandles() int64 { return liveHandles.Load() }
+
+// SetParkHook makes fn run each time a send (send true) or receive (send
+// false) on c is about to park in the netpoller; nil removes it.
+func SetParkHook(c *Chan, fn func(send bool)) {
+	if fn == nil {
+		parkHook.Store(nil)
+		return
+	}
+	h := func(ch *Chan, d direction) {
+		if ch == c {
+			fn(d == dirSend)
+		}
+	}
+	parkHook.Store(&h)
+}

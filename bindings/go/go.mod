@@ -1,0 +1,3 @@
+module github.com/libeventq/eventq-go
+
+go 1.24

@@ -1,0 +1,6 @@
+//go:build !static
+
+package ctest
+
+// #cgo pkg-config: eventq
+import "C"

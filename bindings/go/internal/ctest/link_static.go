@@ -1,0 +1,9 @@
+//go:build static
+
+package ctest
+
+// As the eventq package's link_static.go.
+
+// #cgo pkg-config: --static eventq
+// #cgo LDFLAGS: -l:libeventq.a -Wl,--as-needed
+import "C"

@@ -1,0 +1,9 @@
+//go:build !static
+
+package eventq
+
+// Links against the shared library found through pkg-config (eventq.pc).
+// Build with -tags static to link libeventq.a instead (see link_static.go).
+
+// #cgo pkg-config: eventq
+import "C"
