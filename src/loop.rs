@@ -19,6 +19,9 @@
 //!    next iteration, so a busy channel cannot starve the others);
 //! 3. posts are a channel source like any other: they run in the order
 //!    posted, on the loop thread.
+//!
+//! `stop` raises an eventfd of the loop's own so a blocked wait returns;
+//! `run` lowers it when it sees the stop.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -33,7 +36,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::chan::{Chan, Options, Wait};
 use crate::error::{Error, Result};
-use crate::sys::{Epoll, SignalFd, TimerFd};
+use crate::sys::{Epoll, EventFd, SignalFd, TimerFd};
 
 /// Readiness flags for fd sources: the epoll values, so they pass through.
 pub mod events {
@@ -64,27 +67,32 @@ pub const POST_CAPACITY: usize = 4096;
 /// Posts run per iteration, so posts made by posts cannot starve the rest.
 const POST_BUDGET: usize = 64;
 
+const SIGNAL_TAKEN: Error = Error::Busy("this signal already has a source in this loop");
+
 /// Events fetched per `epoll_wait`.
 const BATCH: usize = 64;
 
-/// Identifies a source within its loop: slot index and generation, so an id
-/// is never reused for another source.
+/// Identifies a source: its loop, slot index and generation, so an id is
+/// never reused for another source and means nothing to another loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct SourceId(u64);
+pub struct SourceId {
+    /// Slot index and generation; the epoll event's data.
+    key: u64,
+    loop_tag: u64,
+}
 
 impl SourceId {
-    fn new(index: u32, gen: u32) -> SourceId {
-        SourceId((u64::from(index) << 32) | u64::from(gen))
-    }
-
     fn index(self) -> usize {
-        (self.0 >> 32) as usize
+        (self.key >> 32) as usize
     }
 
     fn gen(self) -> u32 {
-        self.0 as u32
+        self.key as u32
     }
 }
+
+/// Gives each loop its own tag for the ids of its sources.
+static NEXT_LOOP_TAG: AtomicU64 = AtomicU64::new(1);
 
 /// What a callback is called for.
 #[derive(Debug, PartialEq, Eq)]
@@ -111,10 +119,23 @@ type Task = Box<dyn FnOnce(&Loop) + Send>;
 
 enum Kind {
     Fd(RawFd),
-    Timer { tfd: TimerFd, periodic: bool },
-    Chan(Chan),
-    Signal { sfd: SignalFd, signo: i32 },
+    Timer {
+        tfd: TimerFd,
+        periodic: bool,
+    },
+    /// `eos`: end of stream was delivered; it is delivered once only.
+    Chan {
+        chan: Chan,
+        eos: bool,
+    },
+    Signal {
+        sfd: SignalFd,
+        signo: i32,
+    },
+    /// The loop's post queue.
     Post,
+    /// Raised by `stop` to wake `epoll_wait`; lowered when `run` returns.
+    Wake,
 }
 
 struct Entry {
@@ -133,13 +154,14 @@ struct Entry {
 }
 
 impl Entry {
-    fn fd(&self, posts: &Chan) -> RawFd {
+    fn fd(&self, inner: &Inner) -> RawFd {
         match &self.kind {
             Kind::Fd(fd) => *fd,
             Kind::Timer { tfd, .. } => tfd.as_raw_fd(),
-            Kind::Chan(chan) => chan.recv_fd(),
+            Kind::Chan { chan, .. } => chan.recv_fd(),
             Kind::Signal { sfd, .. } => sfd.as_raw_fd(),
-            Kind::Post => posts.recv_fd(),
+            Kind::Post => inner.posts.recv_fd(),
+            Kind::Wake => inner.wake.as_raw_fd(),
         }
     }
 }
@@ -150,6 +172,8 @@ struct Slot {
 }
 
 struct Table {
+    /// This loop's tag, in every id it gives out.
+    tag: u64,
     slots: Vec<Slot>,
     free: Vec<u32>,
     /// The source whose callback runs now, if any.
@@ -159,7 +183,24 @@ struct Table {
 }
 
 impl Table {
+    fn id(&self, index: u32, gen: u32) -> SourceId {
+        SourceId {
+            key: (u64::from(index) << 32) | u64::from(gen),
+            loop_tag: self.tag,
+        }
+    }
+
+    /// Whether `signo` already has a source.
+    fn has_signal(&self, signo: i32) -> bool {
+        self.slots.iter().any(|s| {
+            matches!(&s.entry, Some(Entry { kind: Kind::Signal { signo: n, .. }, .. }) if *n == signo)
+        })
+    }
+
     fn get_mut(&mut self, id: SourceId) -> Option<&mut Entry> {
+        if id.loop_tag != self.tag {
+            return None;
+        }
         let slot = self.slots.get_mut(id.index())?;
         if slot.gen != id.gen() {
             return None;
@@ -170,8 +211,8 @@ impl Table {
     /// The id the next insert will get.
     fn vacant_id(&self) -> SourceId {
         match self.free.last() {
-            Some(&i) => SourceId::new(i, self.slots[i as usize].gen),
-            None => SourceId::new(self.slots.len() as u32, 0),
+            Some(&i) => self.id(i, self.slots[i as usize].gen),
+            None => self.id(self.slots.len() as u32, 0),
         }
     }
 
@@ -188,6 +229,9 @@ impl Table {
     }
 
     fn take(&mut self, id: SourceId) -> Option<Entry> {
+        if id.loop_tag != self.tag {
+            return None;
+        }
         let slot = self.slots.get_mut(id.index())?;
         if slot.gen != id.gen() {
             return None;
@@ -206,6 +250,8 @@ struct Inner {
     callback_done: Condvar,
     /// Posted task ids, in post order; the loop drains it like any channel.
     posts: Chan,
+    /// Raised by `stop` so a blocked `epoll_wait` returns.
+    wake: EventFd,
     tasks: Mutex<HashMap<u64, Task>>,
     next_task: AtomicU64,
     stop: AtomicBool,
@@ -260,6 +306,7 @@ impl Loop {
         let inner = Arc::new(Inner {
             epoll: Epoll::new()?,
             table: Mutex::new(Table {
+                tag: NEXT_LOOP_TAG.fetch_add(1, Ordering::Relaxed),
                 slots: Vec::new(),
                 free: Vec::new(),
                 running: None,
@@ -267,14 +314,17 @@ impl Loop {
             }),
             callback_done: Condvar::new(),
             posts,
+            wake: EventFd::new()?,
             tasks: Mutex::new(HashMap::new()),
             next_task: AtomicU64::new(1),
             stop: AtomicBool::new(false),
             scratch: Mutex::new(Vec::new()),
         });
         let lp = Loop { inner };
-        let entry = lp.entry(Kind::Post, events::IN, None);
-        lp.add_entry(entry, |_| None)?;
+        for kind in [Kind::Post, Kind::Wake] {
+            let entry = lp.entry(kind, events::IN, None);
+            lp.add_entry(entry, |_| None)?;
+        }
         Ok(lp)
     }
 
@@ -312,9 +362,16 @@ impl Loop {
         make: impl FnOnce(SourceId) -> Option<Callback>,
     ) -> Result<SourceId> {
         let mut tab = self.inner.table.lock();
+        // Checked again under the lock that inserts, so two racing adds of
+        // one signal cannot both succeed.
+        if let Kind::Signal { signo, .. } = entry.kind {
+            if tab.has_signal(signo) {
+                return Err(SIGNAL_TAKEN);
+            }
+        }
         let id = tab.vacant_id();
-        let fd = entry.fd(&self.inner.posts);
-        self.inner.epoll.add(fd, entry.events, id.0)?;
+        let fd = entry.fd(&self.inner);
+        self.inner.epoll.add(fd, entry.events, id.key)?;
         entry.callback = make(id);
         Ok(tab.insert(entry))
     }
@@ -386,7 +443,11 @@ impl Loop {
         chan: &Chan,
         make: impl FnOnce(SourceId) -> Callback,
     ) -> Result<SourceId> {
-        let entry = self.entry(Kind::Chan(chan.clone()), events::IN, None);
+        let kind = Kind::Chan {
+            chan: chan.clone(),
+            eos: false,
+        };
+        let entry = self.entry(kind, events::IN, None);
         self.add_entry(entry, |id| Some(make(id)))
     }
 
@@ -411,11 +472,10 @@ impl Loop {
         if signo <= 0 || signo >= 65 || signo == libc::SIGKILL || signo == libc::SIGSTOP {
             return Err(Error::Invalid("not a signal that can be watched"));
         }
-        let taken = self.inner.table.lock().slots.iter().any(|s| {
-            matches!(&s.entry, Some(Entry { kind: Kind::Signal { signo: n, .. }, .. }) if *n == signo)
-        });
-        if taken {
-            return Err(Error::Busy("this signal already has a source in this loop"));
+        // Checked before blocking the signal and making a signalfd for
+        // nothing; `add_entry` checks again under its lock.
+        if self.inner.table.lock().has_signal(signo) {
+            return Err(SIGNAL_TAKEN);
         }
         let sfd = SignalFd::new(signo)?;
         let entry = self.entry(Kind::Signal { sfd, signo }, events::IN, None);
@@ -429,19 +489,17 @@ impl Loop {
     /// called from inside that very callback, right after the callback.
     pub fn remove(&self, id: SourceId) -> Result<()> {
         let mut tab = self.inner.table.lock();
-        if matches!(
-            tab.get_mut(id),
-            Some(Entry {
-                kind: Kind::Post,
-                ..
-            })
-        ) {
-            return Err(Error::Invalid("the post source belongs to the loop"));
+        if let Some(Entry {
+            kind: Kind::Post | Kind::Wake,
+            ..
+        }) = tab.get_mut(id)
+        {
+            return Err(Error::Invalid("this source belongs to the loop"));
         }
         let entry = tab.take(id).ok_or(Error::Stale)?;
         if entry.registered {
             // The fd may already be closed by its owner; that removed it.
-            let _ = self.inner.epoll.delete(entry.fd(&self.inner.posts));
+            let _ = self.inner.epoll.delete(entry.fd(&self.inner));
         }
         let me = thread::current().id();
         while tab.running == Some(id) && tab.loop_thread != Some(me) {
@@ -461,12 +519,12 @@ impl Loop {
     }
 
     fn apply_enabled(&self, entry: &mut Entry, id: SourceId, enabled: bool) -> Result<()> {
-        let fd = entry.fd(&self.inner.posts);
+        let fd = entry.fd(&self.inner);
         if enabled && !entry.enabled {
             if entry.registered {
-                self.inner.epoll.modify(fd, entry.events, id.0)?;
+                self.inner.epoll.modify(fd, entry.events, id.key)?;
             } else {
-                self.inner.epoll.add(fd, entry.events, id.0)?;
+                self.inner.epoll.add(fd, entry.events, id.key)?;
                 entry.registered = true;
             }
         } else if !enabled && entry.registered {
@@ -487,8 +545,8 @@ impl Loop {
         }
         entry.events = events;
         if entry.enabled {
-            let fd = entry.fd(&self.inner.posts);
-            self.inner.epoll.modify(fd, events, id.0)?;
+            let fd = entry.fd(&self.inner);
+            self.inner.epoll.modify(fd, events, id.key)?;
         }
         Ok(())
     }
@@ -513,7 +571,7 @@ impl Loop {
         }
         let mut tab = self.inner.table.lock();
         let entry = tab.get_mut(id).ok_or(Error::Stale)?;
-        if !matches!(entry.kind, Kind::Chan(_)) {
+        if !matches!(entry.kind, Kind::Chan { .. }) {
             return Err(Error::Invalid("a budget applies to channel sources only"));
         }
         entry.budget = budget;
@@ -555,6 +613,9 @@ impl Loop {
         let _running = self.enter()?;
         loop {
             if self.inner.stop.swap(false, Ordering::AcqRel) {
+                // The stop is consumed; so is its wake-up, or the loop's fd
+                // would stay readable with nothing to do.
+                self.inner.wake.lower();
                 return Ok(());
             }
             self.iterate(None)?;
@@ -573,10 +634,11 @@ impl Loop {
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; BATCH];
         let n = self.inner.epoll.wait(&mut events, timeout)?;
         let mut calls = 0;
+        let loop_tag = self.inner.table.lock().tag;
         for ev in &events[..n] {
             // Copies: the struct is packed.
-            let (id, revents) = (ev.u64, ev.events);
-            calls += self.dispatch(SourceId(id), revents);
+            let (key, revents) = (ev.u64, ev.events);
+            calls += self.dispatch(SourceId { key, loop_tag }, revents);
         }
         Ok(calls)
     }
@@ -592,7 +654,19 @@ impl Loop {
         }
         let event = match &mut entry.kind {
             Kind::Post => None,
-            Kind::Chan(chan) => {
+            Kind::Wake => {
+                // Its job, waking the wait, is done; the stop flag stays set
+                // for `run`. Lowered here too so a `run_once` caller (an
+                // embedding loop) is not woken forever.
+                self.inner.wake.lower();
+                return 0;
+            }
+            Kind::Chan { chan, eos } => {
+                if *eos {
+                    // Re-enabled after end of stream, which is delivered once.
+                    let _ = self.apply_enabled(entry, id, false);
+                    return 0;
+                }
                 let (chan, budget) = (chan.clone(), entry.budget);
                 return self.dispatch_chan(tab, id, &chan, budget);
             }
@@ -661,6 +735,9 @@ impl Loop {
                     calls += 1;
                     result = self.call(&mut cb, id, Event::Closed);
                     if let Some(entry) = self.inner.table.lock().get_mut(id) {
+                        if let Kind::Chan { eos, .. } = &mut entry.kind {
+                            *eos = true;
+                        }
                         let _ = self.apply_enabled(entry, id, false);
                     }
                     break;
@@ -725,7 +802,6 @@ impl Loop {
                 break;
             }
             let task = self.inner.tasks.lock().remove(&u64::from_ne_bytes(id));
-            // Id 0 is a bare wake-up from `stop`.
             if let Some(task) = task {
                 calls += 1;
                 let _ = catch_unwind(AssertUnwindSafe(|| task(self)));
@@ -748,9 +824,9 @@ impl Inner {
 
     fn stop(&self) {
         self.stop.store(true, Ordering::Release);
-        // Wake a blocked epoll_wait; if the queue is full the loop is
-        // about to wake anyway.
-        let _ = self.posts.send(&0u64.to_ne_bytes(), Wait::Never);
+        // Wake a blocked epoll_wait. A second raise only adds to the
+        // counter, which the one read in `run` clears.
+        let _ = self.wake.write(1);
     }
 }
 

@@ -114,7 +114,11 @@ impl Epoll {
     pub fn new() -> io::Result<Epoll> {
         let fd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
         // SAFETY: epoll_create1 just returned this fd and nothing else owns it.
-        Ok(Epoll(unsafe { OwnedFd::from_raw_fd(fd) }))
+        let epoll = Epoll(unsafe { OwnedFd::from_raw_fd(fd) });
+        // epoll_create1 takes no O_NONBLOCK; set it so the fd handed out as
+        // the loop's own is non-blocking like every other fd of the library.
+        syscall!(fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK))?;
+        Ok(epoll)
     }
 
     fn ctl(&self, op: i32, fd: RawFd, events: u32, data: u64) -> io::Result<()> {

@@ -346,12 +346,15 @@ impl PostTask {
 /// On failure the callback never runs. `out` may be NULL: the source then
 /// lives until its callback removes it (through its src argument) or the
 /// loop is freed; else `*out` receives a handle, freed with
-/// `eventq_source_free`. Callbacks and destroy run on the loop's thread,
-/// with no library lock held.
+/// `eventq_source_free`. Callbacks run on the thread running the loop;
+/// destroy runs on the thread that removes the source (right after the
+/// callback, if removed from its own callback), frees the loop, or made the
+/// failed add call. No library lock is held while either runs.
 ///
-/// Returns 0; -EINVAL for a NULL loop or cb, unknown flags, or no event
-/// asked for; -EBADF for a bad fd; -EPERM for an fd epoll cannot watch (a
-/// regular file); -EEXIST if the fd is already watched by this loop.
+/// Returns 0; -EINVAL for a NULL loop or cb, unknown flags, no event asked
+/// for, or the loop's own fd; -EBADF for a bad fd; -EPERM for an fd epoll
+/// cannot watch (a regular file); -EEXIST if the fd is already watched by
+/// this loop; -ELOOP if it is an epoll fd that would make a cycle.
 ///
 /// Thread safety: any thread.
 #[no_mangle]
@@ -428,7 +431,8 @@ pub extern "C" fn eventq_loop_add_timer(
 /// The source holds its own reference to the channel. Ownership, `out` and
 /// callbacks as for `eventq_loop_add_fd`.
 ///
-/// Returns 0; -EINVAL for a NULL loop, chan or cb.
+/// Returns 0; -EINVAL for a NULL loop, chan or cb; -EEXIST if this loop
+/// already has a source for the channel.
 ///
 /// Thread safety: any thread.
 #[no_mangle]

@@ -151,7 +151,15 @@ const MESSAGES: &[(c_int, &CStr)] = &[
     (libc::EPERM, c"operation not permitted"),
     (libc::EACCES, c"permission denied"),
     (libc::EINTR, c"interrupted"),
-    (libc::EBUSY, c"busy"),
+    (
+        libc::EBUSY,
+        c"busy: the loop is already being run, or the signal already has a source",
+    ),
+    (
+        libc::ESTALE,
+        c"stale handle: the source was removed, or its loop freed",
+    ),
+    (libc::ELOOP, c"the fd would make an epoll cycle"),
     (libc::ENODEV, c"no such device"),
     (libc::ENOSYS, c"not supported by this kernel"),
     (libc::EOPNOTSUPP, c"operation not supported"),

@@ -1,0 +1,87 @@
+//! Edge cases of the loop found in review: end of stream once, a stop that
+//! leaves nothing behind, ids that belong to their loop, a non-blocking fd.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use eventq::sys::is_readable;
+use eventq::{Chan, Error, Event, Loop, Options};
+
+#[test]
+fn end_of_stream_is_delivered_once_even_after_re_enabling() {
+    let lp = Loop::new().unwrap();
+    let chan = Chan::new(Options::new(4)).unwrap();
+    let eos = Arc::new(AtomicUsize::new(0));
+    let e = eos.clone();
+    let id = lp
+        .add_chan(&chan, move |_, _, ev| {
+            if ev == Event::Closed {
+                e.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(())
+        })
+        .unwrap();
+    chan.close();
+    lp.run_once(Some(Duration::ZERO)).unwrap();
+    assert_eq!(eos.load(Ordering::SeqCst), 1);
+    lp.set_enabled(id, true).unwrap();
+    for _ in 0..3 {
+        lp.run_once(Some(Duration::ZERO)).unwrap();
+    }
+    assert_eq!(eos.load(Ordering::SeqCst), 1);
+    // The re-enabled source disabled itself again: the loop is idle.
+    assert!(!is_readable(lp.fd()).unwrap());
+}
+
+#[test]
+fn stop_leaves_the_loop_fd_idle() {
+    let lp = Loop::new().unwrap();
+    assert!(!is_readable(lp.fd()).unwrap());
+    lp.stop();
+    assert!(is_readable(lp.fd()).unwrap(), "stop wakes the loop");
+    lp.run().unwrap();
+    assert!(!is_readable(lp.fd()).unwrap(), "run consumed the wake-up");
+}
+
+#[test]
+fn stop_seen_by_run_once_does_not_keep_an_embedder_awake() {
+    let lp = Loop::new().unwrap();
+    lp.stop();
+    assert_eq!(lp.run_once(Some(Duration::ZERO)).unwrap(), 0);
+    assert!(!is_readable(lp.fd()).unwrap());
+    // The stop is still pending: this run returns without any event.
+    lp.run().unwrap();
+}
+
+#[test]
+fn an_id_of_one_loop_means_nothing_to_another() {
+    let a = Loop::new().unwrap();
+    let b = Loop::new().unwrap();
+    let ida = a
+        .add_timer(Duration::from_secs(3600), Duration::ZERO, |_, _, _| Ok(()))
+        .unwrap();
+    let idb = b
+        .add_timer(Duration::from_secs(3600), Duration::ZERO, |_, _, _| Ok(()))
+        .unwrap();
+    assert!(matches!(b.remove(ida), Err(Error::Stale)));
+    assert!(matches!(a.source_error(idb), Err(Error::Stale)));
+    b.remove(idb).unwrap();
+    a.remove(ida).unwrap();
+}
+
+#[test]
+fn the_loop_fd_is_nonblocking_and_cloexec() {
+    let lp = Loop::new().unwrap();
+    let flags = fd_flags(lp.fd());
+    assert_ne!(flags & libc::O_NONBLOCK, 0);
+    assert_ne!(flags & libc::O_CLOEXEC, 0);
+}
+
+/// The open flags of one of this process's fds, read from /proc so the test
+/// needs no `unsafe`.
+fn fd_flags(fd: i32) -> i32 {
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap();
+    let octal = info.lines().find_map(|l| l.strip_prefix("flags:")).unwrap();
+    i32::from_str_radix(octal.trim(), 8).unwrap()
+}
