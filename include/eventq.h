@@ -226,16 +226,16 @@ typedef struct eventq_buf {
 typedef void (*eventq_post_fn)(void *arg);
 
 /**
- * An fd source is ready; `revents` holds the EVENTQ_* flags set. Return 0,
- * or a negative errno to disable the source (see `eventq_source_error`).
- */
-typedef int (*eventq_fd_fn)(struct eventq_source *src, int fd, uint32_t revents, void *userdata);
-
-/**
  * Runs once with the userdata when its source goes away: removed, freed
  * with its loop, or, if the add call fails, before that call returns.
  */
 typedef void (*eventq_destroy_fn)(void *userdata);
+
+/**
+ * An fd source is ready; `revents` holds the EVENTQ_* flags set. Return 0,
+ * or a negative errno to disable the source (see `eventq_source_error`).
+ */
+typedef int (*eventq_fd_fn)(struct eventq_source *src, int fd, uint32_t revents, void *userdata);
 
 /**
  * A timer expired `expirations` times since the last call (above 1: some
@@ -537,14 +537,21 @@ int eventq_loop_run_once(const struct eventq_loop *lp, int64_t timeout_ns);
 int eventq_loop_stop(const struct eventq_loop *lp);
 
 /**
- * Runs `fn(arg)` on the loop's thread, after everything posted before it.
- * Returns 0; -EAGAIN when EVENTQ_POST_CAPACITY posts are already pending; -EINVAL for a
- * NULL loop or fn. On failure fn never runs. Posts still pending when the
- * loop is freed never run.
+ * Runs `fn(arg)` on the loop's thread, after everything posted before it
+ * by the same thread. Like the add calls, it takes ownership of arg:
+ * destroy(arg), if destroy is not NULL, runs exactly once: after fn
+ * returns, or when the loop is freed with the post still pending (fn then
+ * never runs), or before this call returns if it fails.
+ *
+ * Returns 0; -EAGAIN when EVENTQ_POST_CAPACITY posts are already pending;
+ * -EINVAL for a NULL loop or fn. On failure fn never runs.
  *
  * Thread safety: any thread (not from a signal handler).
  */
-int eventq_loop_post(const struct eventq_loop *lp, eventq_post_fn f, void *arg);
+int eventq_loop_post(const struct eventq_loop *lp,
+                     eventq_post_fn f,
+                     void *arg,
+                     eventq_destroy_fn destroy);
 
 /**
  * Watches `fd` for `events` (EVENTQ_IN, _OUT, _PRI, _RDHUP; EVENTQ_ERR and

@@ -295,10 +295,14 @@ pub extern "C" fn eventq_loop_stop(lp: *const eventq_loop) -> c_int {
     })
 }
 
-/// Runs `fn(arg)` on the loop's thread, after everything posted before it.
-/// Returns 0; -EAGAIN when EVENTQ_POST_CAPACITY posts are already pending; -EINVAL for a
-/// NULL loop or fn. On failure fn never runs. Posts still pending when the
-/// loop is freed never run.
+/// Runs `fn(arg)` on the loop's thread, after everything posted before it
+/// by the same thread. Like the add calls, it takes ownership of arg:
+/// destroy(arg), if destroy is not NULL, runs exactly once: after fn
+/// returns, or when the loop is freed with the post still pending (fn then
+/// never runs), or before this call returns if it fails.
+///
+/// Returns 0; -EAGAIN when EVENTQ_POST_CAPACITY posts are already pending;
+/// -EINVAL for a NULL loop or fn. On failure fn never runs.
 ///
 /// Thread safety: any thread (not from a signal handler).
 #[no_mangle]
@@ -306,13 +310,15 @@ pub extern "C" fn eventq_loop_post(
     lp: *const eventq_loop,
     f: eventq_post_fn,
     arg: *mut c_void,
+    destroy: eventq_destroy_fn,
 ) -> c_int {
     boundary!(PANIC, {
+        let hook = Hook::new(arg, destroy);
         let lp = check!(loop_ref(lp));
         let Some(f) = f else {
             return -libc::EINVAL;
         };
-        let task = PostTask { f, arg };
+        let task = PostTask { f, hook };
         match lp.post(move |_| task.run()) {
             Ok(()) => 0,
             Err(e) => neg(&e),
@@ -320,18 +326,16 @@ pub extern "C" fn eventq_loop_post(
     })
 }
 
+/// A posted fn and its arg; the hook runs destroy(arg) when the task is
+/// dropped, after running or unrun.
 struct PostTask {
     f: extern "C" fn(*mut c_void),
-    arg: *mut c_void,
+    hook: Hook,
 }
-
-// SAFETY: the header documents that fn(arg) runs on the loop's thread; the
-// poster vouches that arg may move there.
-unsafe impl Send for PostTask {}
 
 impl PostTask {
     fn run(self) {
-        (self.f)(self.arg);
+        (self.f)(self.hook.userdata);
     }
 }
 

@@ -98,8 +98,8 @@ static void test_null_args(void)
     CHECK_INT("loop_run(NULL): -EINVAL", eventq_loop_run(NULL), -EINVAL);
     CHECK_INT("loop_run_once(NULL): -EINVAL", eventq_loop_run_once(NULL, 0), -EINVAL);
     CHECK_INT("loop_stop(NULL): -EINVAL", eventq_loop_stop(NULL), -EINVAL);
-    CHECK_INT("loop_post(NULL loop): -EINVAL", eventq_loop_post(NULL, post_fn, NULL), -EINVAL);
-    CHECK_INT("loop_post(NULL fn): -EINVAL", eventq_loop_post(lp, NULL, NULL), -EINVAL);
+    CHECK_INT("loop_post(NULL loop): -EINVAL", eventq_loop_post(NULL, post_fn, NULL, NULL), -EINVAL);
+    CHECK_INT("loop_post(NULL fn): -EINVAL", eventq_loop_post(lp, NULL, NULL, NULL), -EINVAL);
 
     CHECK_ADD_FAILS("add_fd(NULL loop)",
                     eventq_loop_add_fd(NULL, p[0], EVENTQ_IN, fd_cb, NULL, destroy_count, &out),

@@ -549,7 +549,7 @@ static void test_post_removes_source(void)
     fill1(fds[1]);
     REQUIRE("add_fd", eventq_loop_add_fd(lp, fds[0], EVENTQ_IN, post_rm_fd_cb, &p,
                                          post_rm_destroy, &p.c.h) == 0);
-    REQUIRE("post", eventq_loop_post(lp, post_rm_fn, &p) == 0);
+    REQUIRE("post", eventq_loop_post(lp, post_rm_fn, &p, NULL) == 0);
     int n = eventq_loop_run_once(lp, 0);
     CHECK_MSG("post removes: the post and at most the fd ran", n >= 1 && n <= 2, "n %d", n);
     CHECK_INT("post removes: the post ran", atomic_load(&p.posted_ran), 1);
@@ -664,7 +664,7 @@ static void test_free_loop_with_sources(void)
     CHECK_INT("free loop: then every source is quiet", eventq_loop_run_once(lp, 0), 0);
     CHECK_INT("free loop: the failing source was disabled", eventq_source_error(h[8]), -EPROTO);
     for (int i = 0; i < 5; i++)
-        REQUIRE("post", eventq_loop_post(lp, post_never, NULL) == 0);
+        REQUIRE("post", eventq_loop_post(lp, post_never, NULL, NULL) == 0);
 
     int before = 0;
     for (int i = 0; i < N; i++)
@@ -783,7 +783,7 @@ static void post_wake(void *arg)
 static void sync_loop(struct eventq_loop *lp, int *efd)
 {
     for (int i = 0; i < 2; i++) {
-        REQUIRE("post", eventq_loop_post(lp, post_wake, efd) == 0);
+        REQUIRE("post", eventq_loop_post(lp, post_wake, efd, NULL) == 0);
         wait_efd(*efd);
     }
 }
@@ -895,7 +895,7 @@ static void reentrant_destroy_fn(void *ud)
     r->ran++;
     r->thread = pthread_self();
     r->rc_enable = eventq_source_set_enabled(r->other, 1);
-    r->rc_post = r->lp ? eventq_loop_post(r->lp, post_nothing, NULL) : 0;
+    r->rc_post = r->lp ? eventq_loop_post(r->lp, post_nothing, NULL, NULL) : 0;
     if (r->self) {
         eventq_source_free(r->self); /* userdata owns the handle */
         r->self = NULL;

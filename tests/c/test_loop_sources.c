@@ -256,7 +256,7 @@ static void post_nested(void *arg)
     if (it->chain) {
         it[1].log = it->log;
         it[1].chain = it->chain - 1;
-        it->log->nested_rc |= eventq_loop_post(it->log->lp, post_nested, &it[1]);
+        it->log->nested_rc |= eventq_loop_post(it->log->lp, post_nested, &it[1], NULL);
     }
 }
 
@@ -281,7 +281,7 @@ static void test_posts_one_thread(void)
     l.cap = N + 16;
     for (uint32_t i = 0; i < N; i++) {
         items[i] = (struct post_item){ &l, i, 0 };
-        REQUIRE("post", eventq_loop_post(lp, post_record, &items[i]) == 0);
+        REQUIRE("post", eventq_loop_post(lp, post_record, &items[i], NULL) == 0);
     }
     while (l.n < N)
         REQUIRE("run_once", eventq_loop_run_once(lp, 0) > 0);
@@ -295,8 +295,8 @@ static void test_posts_one_thread(void)
     struct post_item chain[4] = { { &l, 100, 3 }, { &l, 101, 0 }, { &l, 102, 0 }, { &l, 103, 0 } };
     struct post_item mid = { &l, 200, 0 };
     l.n = 0;
-    REQUIRE("post", eventq_loop_post(lp, post_nested, &chain[0]) == 0);
-    REQUIRE("post", eventq_loop_post(lp, post_record, &mid) == 0);
+    REQUIRE("post", eventq_loop_post(lp, post_nested, &chain[0], NULL) == 0);
+    REQUIRE("post", eventq_loop_post(lp, post_record, &mid, NULL) == 0);
     while (l.n < 5)
         REQUIRE("run_once", eventq_loop_run_once(lp, 0) > 0);
     CHECK_MSG("posts: a post's own post runs after those posted before it",
@@ -305,7 +305,7 @@ static void test_posts_one_thread(void)
     CHECK_INT("posts: nested posts returned 0", l.nested_rc, 0);
 
     /* re-entrancy from a post */
-    REQUIRE("post", eventq_loop_post(lp, post_reentrant, &l) == 0);
+    REQUIRE("post", eventq_loop_post(lp, post_reentrant, &l, NULL) == 0);
     eventq_loop_run_once(lp, 0);
     CHECK_INT("posts: run_once from inside a post: -EBUSY", l.reentrant_once, -EBUSY);
     CHECK_INT("posts: run from inside a post: -EBUSY", l.reentrant_run, -EBUSY);
@@ -317,16 +317,51 @@ static void test_posts_one_thread(void)
     l.cap = 0; /* count only */
     int ok = 0;
     for (int i = 0; i < EVENTQ_POST_CAPACITY; i++)
-        ok += eventq_loop_post(lp, post_record, &cap_item) == 0;
+        ok += eventq_loop_post(lp, post_record, &cap_item, NULL) == 0;
     CHECK_INT("posts: EVENTQ_POST_CAPACITY posts accepted", ok, EVENTQ_POST_CAPACITY);
-    CHECK_INT("posts: one more: -EAGAIN", eventq_loop_post(lp, post_record, &refused), -EAGAIN);
+    CHECK_INT("posts: one more: -EAGAIN", eventq_loop_post(lp, post_record, &refused, NULL), -EAGAIN);
     while (eventq_loop_run_once(lp, 0) > 0)
         ;
     CHECK_U64("posts: exactly the accepted ones ran", l.n, EVENTQ_POST_CAPACITY);
     CHECK_INT("posts: after draining, posting works again",
-              eventq_loop_post(lp, post_record, &cap_item), 0);
+              eventq_loop_post(lp, post_record, &cap_item, NULL), 0);
     eventq_loop_run_once(lp, 0);
     eventq_loop_free(lp);
+}
+
+/* destroy(arg) of a post runs exactly once on every path: after fn ran,
+ * when the loop is freed with the post pending, and when the post fails. */
+struct post_own { int ran, destroyed, destroyed_after_ran; };
+static void post_own_fn(void *arg) { ((struct post_own *)arg)->ran++; }
+static void post_own_destroy(void *arg)
+{
+    struct post_own *o = arg;
+    o->destroyed++;
+    o->destroyed_after_ran = o->ran;
+}
+
+static void test_post_destroy(void)
+{
+    struct eventq_loop *lp;
+    REQUIRE("loop_new", eventq_loop_new(&lp) == 0);
+    struct post_own run = { 0, 0, 0 }, pending = { 0, 0, 0 }, refused = { 0, 0, 0 };
+    REQUIRE("post", eventq_loop_post(lp, post_own_fn, &run, post_own_destroy) == 0);
+    CHECK_INT("post destroy: not before the post runs", run.destroyed, 0);
+    while (run.ran == 0)
+        REQUIRE("run_once", eventq_loop_run_once(lp, 0) >= 0);
+    CHECK_MSG("post destroy: once, after fn ran", run.ran == 1 && run.destroyed == 1 &&
+              run.destroyed_after_ran == 1, "ran %d destroyed %d", run.ran, run.destroyed);
+
+    /* refused (NULL fn): destroy has run when the call returns */
+    CHECK_INT("post destroy: NULL fn -EINVAL", eventq_loop_post(lp, NULL, &refused, post_own_destroy), -EINVAL);
+    CHECK_MSG("post destroy: failed post destroyed once, fn never ran",
+              refused.destroyed == 1 && refused.ran == 0, "ran %d destroyed %d", refused.ran, refused.destroyed);
+
+    /* pending at free: destroyed, never run */
+    REQUIRE("post", eventq_loop_post(lp, post_own_fn, &pending, post_own_destroy) == 0);
+    eventq_loop_free(lp);
+    CHECK_MSG("post destroy: pending at free destroyed once, never ran",
+              pending.destroyed == 1 && pending.ran == 0, "ran %d destroyed %d", pending.ran, pending.destroyed);
 }
 
 struct poster {
@@ -343,7 +378,7 @@ static void *poster_main(void *arg)
     for (uint32_t i = 0; i < p->n; i++) {
         int rc;
         /* a full queue (-EAGAIN) is retried: the loop thread drains it */
-        while ((rc = eventq_loop_post(p->lp, post_record, &p->items[i])) == -EAGAIN)
+        while ((rc = eventq_loop_post(p->lp, post_record, &p->items[i], NULL)) == -EAGAIN)
             sched_yield();
         p->bad_rc += rc != 0;
     }
@@ -402,7 +437,7 @@ static void test_posts_threads_and_stop(void)
     REQUIRE("pthread_create", pthread_create(&r.th, NULL, runner_main, &r) == 0);
 
     /* the loop is running once this post has run */
-    REQUIRE("post", eventq_loop_post(r.lp, post_signal_efd, &r.efd) == 0);
+    REQUIRE("post", eventq_loop_post(r.lp, post_signal_efd, &r.efd, NULL) == 0);
     wait_efd(r.efd);
     CHECK_INT("busy: run_once from a second thread while running: -EBUSY",
               eventq_loop_run_once(r.lp, 0), -EBUSY);
@@ -437,7 +472,7 @@ static void test_posts_threads_and_stop(void)
 
     /* stop from another thread: the loop runs in r.th, main stops it */
     REQUIRE("pthread_create", pthread_create(&r.th, NULL, runner_main, &r) == 0);
-    REQUIRE("post", eventq_loop_post(r.lp, post_signal_efd, &r.efd) == 0);
+    REQUIRE("post", eventq_loop_post(r.lp, post_signal_efd, &r.efd, NULL) == 0);
     wait_efd(r.efd); /* it runs (and will block in epoll_wait) */
     CHECK_INT("stop: from another thread returns 0", eventq_loop_stop(r.lp), 0);
     pthread_join(r.th, NULL);
@@ -830,7 +865,7 @@ static void test_signals(void)
     r.efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     REQUIRE("add_signal", eventq_loop_add_signal(lp, SIGUSR2, sig_cb, &st, NULL, &hs) == 0);
     REQUIRE("pthread_create", pthread_create(&r.th, NULL, runner_main, &r) == 0);
-    REQUIRE("post", eventq_loop_post(lp, post_signal_efd, &r.efd) == 0);
+    REQUIRE("post", eventq_loop_post(lp, post_signal_efd, &r.efd, NULL) == 0);
     wait_efd(r.efd);
     REQUIRE("pthread_kill", pthread_kill(r.th, SIGUSR2) == 0);
     pthread_join(r.th, NULL);
@@ -838,7 +873,7 @@ static void test_signals(void)
               st.last == SIGUSR2, "rc %d calls %d last %d", r.rc, st.calls, st.last);
     /* process-directed: kill(getpid()) reaches the loop (every thread blocks it) */
     REQUIRE("pthread_create", pthread_create(&r.th, NULL, runner_main, &r) == 0);
-    REQUIRE("post", eventq_loop_post(lp, post_signal_efd, &r.efd) == 0);
+    REQUIRE("post", eventq_loop_post(lp, post_signal_efd, &r.efd, NULL) == 0);
     wait_efd(r.efd);
     REQUIRE("kill", kill(getpid(), SIGUSR2) == 0);
     pthread_join(r.th, NULL);
@@ -942,7 +977,7 @@ static void test_embedded(void)
     eventq_loop_run_once(lp, 0);
     eventq_loop_run_once(lp, 0);
     CHECK_INT("embedded: idle once drained", fd_readable(lfd), 0);
-    REQUIRE("post", eventq_loop_post(lp, post_noop, NULL) == 0);
+    REQUIRE("post", eventq_loop_post(lp, post_noop, NULL, NULL) == 0);
     CHECK_INT("embedded: readable with a post pending", fd_readable(lfd), 1);
     eventq_loop_run_once(lp, 0);
     CHECK_INT("embedded: idle after the post ran", fd_readable(lfd), 0);
@@ -1018,6 +1053,7 @@ int main(void)
     test_timer_periodic();
     test_timer_rearm_from_callback();
     test_posts_one_thread();
+    test_post_destroy();
     test_posts_threads_and_stop();
     test_fd_level();
     test_fd_edge();
