@@ -39,7 +39,7 @@ static int eq_add_chan(const eventq_loop *lp, const eventq_chan *ch, uintptr_t h
 	return eventq_loop_add_chan(lp, ch, eq_chan_cb, (void *)h, eq_destroy_cb, out);
 }
 static int eq_post(const eventq_loop *lp, uintptr_t h) {
-	/* No destroy: Post tracks pending handles itself (see forgetPost). */
+	// No destroy: Post tracks pending handles itself (see forgetPost).
 	return eventq_loop_post(lp, eq_post_cb, (void *)h, NULL);
 }
 */
