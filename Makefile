@@ -52,7 +52,7 @@ TEST_PREFIX  := $(CURDIR)/$(BUILD)/prefix
 TEST_STAMP   := $(TEST_PREFIX)/.installed
 TEST_PC_PATH := $(TEST_PREFIX)/lib/pkgconfig
 # What `make test` runs, in this order (each is a `test-<stage>` target).
-TEST_STAGES  := fmt clippy cargo-test header install installed-lib \
+TEST_STAGES  := fmt clippy cargo-test loom header install installed-lib \
                 c-tests c-static examples examples-run go
 # The flags every C test and example must compile cleanly with.
 C_STD_FLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread
@@ -86,7 +86,7 @@ skip = @echo "skipped: $(1)"; mkdir -p $(BUILD)/stages && touch $(BUILD)/stages/
 pc_test = $$(PKG_CONFIG_PATH=$(TEST_PC_PATH) $(PKG_CONFIG) $(1) eventq)
 RPATH_TEST := -Wl,-rpath,$(TEST_PREFIX)/lib
 
-.PHONY: all header install test demo clean FORCE \
+.PHONY: all header install test demo clean loom FORCE \
         need-cargo need-cc need-pkg-config need-go install-test-prefix \
         $(addprefix test-,$(TEST_STAGES))
 .DELETE_ON_ERROR:
@@ -154,6 +154,11 @@ test-clippy: | need-cargo
 # Stage: Rust unit and integration tests (the unit tests include header drift).
 test-cargo-test: | need-cargo
 	$(CARGO) test
+
+# Stage: loom model checks of the channel's wake-up protocol (tests/loom.rs),
+# built with --cfg loom in a target dir of their own.
+test-loom loom: | need-cargo
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(CARGO_TARGET_DIR)/loom $(CARGO) test --test loom
 
 # Stage: the committed header equals a fresh generation.
 test-header: | need-cargo

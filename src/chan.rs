@@ -22,10 +22,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex, MutexGuard};
-
 use crate::error::{Error, Result};
-use crate::sys::EventFd;
+use crate::sync::{Condvar, EventFd, Mutex, MutexGuard};
 
 /// Maximum message size when the options do not set one.
 pub const DEFAULT_MAX_MSG_SIZE: usize = 1 << 20;
@@ -443,6 +441,16 @@ impl Chan {
         sh.readable.notify_all();
         sh.writable.notify_all();
         true
+    }
+
+    /// Under loom: whether the receive and send doorbells are raised (the
+    /// model's "readable").
+    #[cfg(loom)]
+    pub fn doorbells(&self) -> (bool, bool) {
+        (
+            self.shared.recv_bell.is_raised(),
+            self.shared.send_bell.is_raised(),
+        )
     }
 
     /// Whether the channel is closed.

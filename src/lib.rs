@@ -18,6 +18,7 @@ pub mod error;
 #[path = "loop.rs"]
 pub mod event_loop;
 pub mod ffi;
+mod sync;
 pub mod sys;
 
 pub use chan::{Chan, Options, Stats, Wait};

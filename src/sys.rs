@@ -66,6 +66,7 @@ impl EventFd {
     /// Sets the fd readable. Only fails if the counter would overflow, which
     /// the doorbell protocol rules out (it writes 1 only while the counter
     /// is 0), so a failure is a broken invariant.
+    #[cfg_attr(loom, allow(dead_code))] // under loom the channel uses a model
     pub(crate) fn raise(&self) {
         let res = self.write(1);
         debug_assert!(res.is_ok(), "eventfd doorbell write failed: {res:?}");

@@ -1,0 +1,119 @@
+//! The channel's synchronisation primitives, swappable for loom's.
+//!
+//! Normal builds use parking_lot and the real eventfd. Under `--cfg loom`
+//! (`make loom`), the mutex and condvar are loom's, so loom explores every
+//! interleaving of the channel's real code, and the eventfd is a model of
+//! the kernel's: a counter that is "readable" while non-zero.
+
+#[cfg(not(loom))]
+pub(crate) use parking_lot::{Condvar, Mutex, MutexGuard};
+
+#[cfg(not(loom))]
+pub(crate) use crate::sys::EventFd;
+
+#[cfg(loom)]
+pub(crate) use self::model::{Condvar, EventFd, Mutex, MutexGuard};
+
+#[cfg(loom)]
+mod model {
+    use std::io;
+    use std::ops::{Deref, DerefMut};
+    use std::os::fd::{AsRawFd, RawFd};
+    use std::time::Instant;
+
+    use loom::sync::atomic::{AtomicU64, Ordering};
+
+    /// loom's mutex with parking_lot's API (no poisoning, `&mut` guards for
+    /// condvar waits).
+    pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
+
+    pub(crate) struct MutexGuard<'a, T>(Option<loom::sync::MutexGuard<'a, T>>);
+
+    impl<T> Mutex<T> {
+        pub(crate) fn new(value: T) -> Mutex<T> {
+            Mutex(loom::sync::Mutex::new(value))
+        }
+
+        pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+            MutexGuard(Some(self.0.lock().unwrap()))
+        }
+
+        pub(crate) fn get_mut(&mut self) -> &mut T {
+            self.0.get_mut().unwrap()
+        }
+    }
+
+    impl<T> Deref for MutexGuard<'_, T> {
+        type Target = T;
+        fn deref(&self) -> &T {
+            self.0.as_ref().unwrap()
+        }
+    }
+
+    impl<T> DerefMut for MutexGuard<'_, T> {
+        fn deref_mut(&mut self) -> &mut T {
+            self.0.as_mut().unwrap()
+        }
+    }
+
+    pub(crate) struct Condvar(loom::sync::Condvar);
+
+    impl Condvar {
+        pub(crate) fn new() -> Condvar {
+            Condvar(loom::sync::Condvar::new())
+        }
+
+        pub(crate) fn wait<T>(&self, guard: &mut MutexGuard<'_, T>) {
+            let inner = guard.0.take().unwrap();
+            guard.0 = Some(self.0.wait(inner).unwrap());
+        }
+
+        /// loom has no clock: a timed wait is modelled as a wait that may
+        /// also end spuriously, which the callers' re-check loops handle.
+        pub(crate) fn wait_until<T>(&self, guard: &mut MutexGuard<'_, T>, _deadline: Instant) {
+            self.wait(guard);
+        }
+
+        pub(crate) fn notify_one(&self) -> bool {
+            self.0.notify_one();
+            true
+        }
+
+        pub(crate) fn notify_all(&self) -> usize {
+            self.0.notify_all();
+            0
+        }
+    }
+
+    /// The kernel's eventfd as the channel uses it: a counter, readable
+    /// while non-zero.
+    #[derive(Debug)]
+    pub(crate) struct EventFd(AtomicU64);
+
+    impl EventFd {
+        pub(crate) fn new() -> io::Result<EventFd> {
+            Ok(EventFd(AtomicU64::new(0)))
+        }
+
+        /// The protocol writes only while the counter is 0; checked here so
+        /// loom reports any interleaving that breaks it.
+        pub(crate) fn raise(&self) {
+            let before = self.0.fetch_add(1, Ordering::SeqCst);
+            assert_eq!(before, 0, "doorbell raised while already raised");
+        }
+
+        pub(crate) fn lower(&self) {
+            self.0.swap(0, Ordering::SeqCst);
+        }
+
+        pub(crate) fn is_raised(&self) -> bool {
+            self.0.load(Ordering::SeqCst) != 0
+        }
+    }
+
+    impl AsRawFd for EventFd {
+        fn as_raw_fd(&self) -> RawFd {
+            -1
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! Model checks of the channel's wake-up protocol with loom: every
+//! interleaving of the real `Chan` code on 2-3 threads, with the eventfds
+//! replaced by a model of the kernel's counter (src/sync.rs).
+//!
+//! Run with `make loom` (`RUSTFLAGS="--cfg loom" cargo test --test loom`).
+//! loom fails a model on a deadlock (a lost wake-up of a blocked thread),
+//! on a doorbell raised twice (the model asserts it), and on any assertion
+//! below. What is asserted, at quiescence (all threads joined):
+//! - D4: the receive doorbell is raised iff messages are pending or the
+//!   channel is closed;
+//! - D5: the send doorbell is down while full and open, up at or below the
+//!   low-water mark or when closed;
+//! - D1/D6: every accepted message is received once or still queued; close
+//!   loses nothing and wakes every blocked thread.
+#![cfg(loom)]
+
+use std::collections::HashSet;
+
+use eventq::{Chan, Error, Options, Wait};
+use loom::thread;
+
+/// Checks D4 and D5 on a quiescent channel without a byte limit.
+fn assert_doorbells_match(chan: &Chan) {
+    let (recv, send) = chan.doorbells();
+    let s = chan.stats();
+    assert_eq!(
+        recv,
+        s.pending > 0 || s.closed,
+        "D4: recv doorbell {recv} with {s:?}"
+    );
+    let cap = chan.capacity() as u64;
+    if s.closed {
+        assert!(send, "D5: send doorbell down on a closed channel");
+    } else if s.pending == cap {
+        assert!(!send, "D5: send doorbell up on a full channel");
+    } else if s.pending <= cap / 2 {
+        assert!(send, "D5: send doorbell down at low water: {s:?}");
+    }
+}
+
+/// Receives what is left, without waiting.
+fn drain(chan: &Chan) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    while let Ok(m) = chan.recv(Wait::Never) {
+        out.push(m);
+    }
+    out
+}
+
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(3);
+    b.check(f);
+}
+
+#[test]
+fn send_and_try_recv_keep_the_doorbell_exact() {
+    model(|| {
+        let chan = Chan::new(Options::new(2)).unwrap();
+        let tx = chan.clone();
+        let producer = thread::spawn(move || {
+            tx.send(b"a", Wait::Never).unwrap();
+            tx.send(b"b", Wait::Never).unwrap();
+        });
+        let rx = chan.clone();
+        let consumer = thread::spawn(move || {
+            let mut got = Vec::new();
+            for _ in 0..2 {
+                if let Ok(m) = rx.recv(Wait::Never) {
+                    got.push(m);
+                }
+            }
+            got
+        });
+        producer.join().unwrap();
+        let mut got = consumer.join().unwrap();
+        assert_doorbells_match(&chan);
+        got.extend(drain(&chan));
+        assert_eq!(got, vec![b"a".to_vec(), b"b".to_vec()], "D1/D3");
+        assert_doorbells_match(&chan);
+    });
+}
+
+#[test]
+fn a_blocked_receiver_is_always_woken() {
+    model(|| {
+        let chan = Chan::new(Options::new(1)).unwrap();
+        let rx = chan.clone();
+        let consumer = thread::spawn(move || rx.recv(Wait::Forever));
+        chan.send(b"x", Wait::Forever).unwrap();
+        assert_eq!(consumer.join().unwrap().unwrap(), b"x");
+        assert_doorbells_match(&chan);
+    });
+}
+
+#[test]
+fn a_blocked_sender_is_always_woken_and_the_send_doorbell_follows() {
+    model(|| {
+        let chan = Chan::new(Options::new(1)).unwrap();
+        let tx = chan.clone();
+        let producer = thread::spawn(move || {
+            tx.send(b"1", Wait::Forever).unwrap();
+            tx.send(b"2", Wait::Forever).unwrap();
+        });
+        let a = chan.recv(Wait::Forever).unwrap();
+        let b = chan.recv(Wait::Forever).unwrap();
+        producer.join().unwrap();
+        assert_eq!((a.as_slice(), b.as_slice()), (&b"1"[..], &b"2"[..]));
+        assert_doorbells_match(&chan);
+    });
+}
+
+#[test]
+fn two_producers_one_consumer_lose_nothing() {
+    model(|| {
+        let chan = Chan::new(Options::new(2)).unwrap();
+        let producers: Vec<_> = [b"p", b"q"]
+            .into_iter()
+            .map(|m| {
+                let tx = chan.clone();
+                thread::spawn(move || tx.send(m, Wait::Forever).unwrap())
+            })
+            .collect();
+        let first = chan.recv(Wait::Forever).unwrap();
+        for p in producers {
+            p.join().unwrap();
+        }
+        assert_doorbells_match(&chan);
+        let mut all: HashSet<Vec<u8>> = drain(&chan).into_iter().collect();
+        all.insert(first);
+        assert_eq!(all.len(), 2, "D1: each message exactly once");
+        assert_doorbells_match(&chan);
+    });
+}
+
+#[test]
+fn close_wakes_every_blocked_receiver_and_loses_nothing() {
+    model(|| {
+        let chan = Chan::new(Options::new(2)).unwrap();
+        let receivers: Vec<_> = (0..2)
+            .map(|_| {
+                let rx = chan.clone();
+                thread::spawn(move || rx.recv(Wait::Forever))
+            })
+            .collect();
+        chan.send(b"m", Wait::Forever).unwrap();
+        chan.close();
+        let results: Vec<_> = receivers.into_iter().map(|r| r.join().unwrap()).collect();
+        let got = results.iter().filter(|r| r.is_ok()).count();
+        let eos = results
+            .iter()
+            .filter(|r| matches!(r, Err(Error::Closed)))
+            .count();
+        assert_eq!(
+            (got, eos),
+            (1, 1),
+            "D6: the message once, end of stream once"
+        );
+        assert_doorbells_match(&chan);
+    });
+}
+
+#[test]
+fn close_wakes_a_blocked_sender_and_keeps_what_was_queued() {
+    model(|| {
+        let chan = Chan::new(Options::new(1)).unwrap();
+        chan.send(b"queued", Wait::Never).unwrap();
+        let tx = chan.clone();
+        let producer = thread::spawn(move || tx.send(b"late", Wait::Forever));
+        chan.close();
+        assert!(matches!(producer.join().unwrap(), Err(Error::Closed)));
+        assert_doorbells_match(&chan);
+        assert_eq!(chan.recv(Wait::Never).unwrap(), b"queued", "D6");
+        assert!(matches!(chan.recv(Wait::Never), Err(Error::Closed)));
+        assert_doorbells_match(&chan);
+    });
+}
+
+#[test]
+fn close_racing_sends_and_receives_keeps_the_doorbells_exact() {
+    model(|| {
+        let chan = Chan::new(Options::new(2)).unwrap();
+        let tx = chan.clone();
+        let producer = thread::spawn(move || {
+            let mut accepted = 0;
+            for m in [b"1", b"2"] {
+                if tx.send(m, Wait::Never).is_ok() {
+                    accepted += 1;
+                }
+            }
+            accepted
+        });
+        let rx = chan.clone();
+        let consumer = thread::spawn(move || usize::from(rx.recv(Wait::Never).is_ok()));
+        chan.close();
+        let accepted = producer.join().unwrap();
+        let received = consumer.join().unwrap();
+        assert_doorbells_match(&chan);
+        assert_eq!(received + drain(&chan).len(), accepted, "D1/D6");
+        assert_doorbells_match(&chan);
+    });
+}
