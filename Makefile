@@ -53,7 +53,7 @@ TEST_STAMP   := $(TEST_PREFIX)/.installed
 TEST_PC_PATH := $(TEST_PREFIX)/lib/pkgconfig
 # What `make test` runs, in this order (each is a `test-<stage>` target).
 TEST_STAGES  := fmt clippy cargo-test loom header install installed-lib \
-                c-tests c-static examples examples-run go
+                c-tests c-static examples examples-run go bench-smoke
 # The flags every C test and example must compile cleanly with.
 C_STD_FLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread
 CFLAGS       ?= -O2 -g
@@ -257,6 +257,24 @@ demo: $(BUILD)/examples/$(DEMO)
 	$(BUILD)/examples/$(DEMO) $(DEMO_ARGS)
 examples-c/$(DEMO).c:
 	@echo "error: examples-c/$(DEMO).c does not exist yet: nothing to demo" >&2; exit 1
+
+# --- Benchmark (issue 5) -----------------------------------------------------
+# `make bench`: benches/side_by_side.rs in a release build: libeventq against
+# crossbeam-channel, a semaphore-eventfd queue, a pipe and the seed's bare
+# eventfd, plus idle wake-up and ping-pong latency; prints one table (the
+# README's Performance section). A couple of minutes; take figures only on a
+# quiet machine (the table prints the load average and warns when it is high).
+# BENCH_ARGS passes options: --reps N, --msgs N, --filter TEXT, --no-latency.
+# Stage bench-smoke: the same program with tiny counts (--smoke); it fails only
+# if some configuration did not deliver every message intact. No timing is
+# ever checked.
+BENCH_ARGS ?=
+.PHONY: bench
+bench: | need-cargo
+	$(CARGO) bench --bench side_by_side -- $(BENCH_ARGS)
+test-bench-smoke: | need-cargo
+	$(CARGO) bench --bench side_by_side -- --smoke
+# --- End of benchmark section -----------------------------------------------
 
 # Removes every build output (cargo's target dir and build/).
 clean:

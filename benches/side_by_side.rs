@@ -1,0 +1,1905 @@
+//! side_by_side: libeventq against its peers, the same work through each, in
+//! one run, one table (issue 5).
+//!
+//! Throughput, for 1P1C, 4P1C and 4P4C, 8-byte and 1 KiB messages, capacity
+//! 1024 everywhere a queue is bounded:
+//!
+//! - libeventq, consumers waiting on the receive fd with a blocking
+//!   `epoll_wait`, then draining with non-blocking receives, per message
+//!   (`recv_into`) or 64 at a time (`recv_batch`); producers block in
+//!   `send(.., Wait::Forever)`;
+//! - libeventq through the loop: `Loop::add_chan`, one callback per message
+//!   (default budget), one loop per consumer thread;
+//! - crossbeam-channel `bounded`, blocking send/recv, carrying `[u8; 8]` or a
+//!   `Vec<u8>` allocated per message (no fd: the in-process upper bound);
+//! - a mutex queue with an eventfd in semaphore mode (`EFD_SEMAPHORE`): one
+//!   eventfd write per send and one read per receive, the seed's corrected
+//!   design as it is usually written (parking_lot mutex and condvar, like
+//!   libeventq, so the difference is the doorbell);
+//! - a pipe carrying fixed-size messages: one write and one read of exactly
+//!   the message size (atomic, as it is at most PIPE_BUF), the pipe sized to
+//!   the same 1024 messages;
+//! - the seed's bare eventfd (8-byte only), reporting how many events it lost
+//!   by merging.
+//!
+//! Every consumer checks what it receives (length, header and trailer; every
+//! byte in smoke mode) and every producer's sequence; a run that did not
+//! deliver each message exactly once, whole and in per-producer order fails
+//! the program (except the bare eventfd, whose losses are the point).
+//!
+//! Latency: idle wake-up (a sender on an idle channel sends one message; the
+//! time until the consumer's `epoll_wait` has returned and it holds the
+//! message), paced by a handshake (an ack, then waiting until the consumer
+//! is asleep in `epoll_wait` per /proc), against a raw eventfd; and a
+//! ping-pong round trip over two channels against two eventfds.
+//!
+//! Allocations: a counting global allocator; allocations per message in the
+//! timed window (after warm-up) are printed for every row.
+//!
+//! `--smoke` (or `EVENTQ_BENCH_SMOKE=1`): tiny counts, one repetition; it
+//! checks delivery, never speed. Nothing here asserts a timing.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use eventq::{Chan, Error, Event, Loop, Options, Wait};
+
+// ---------------------------------------------------------------------------
+// Counting allocator: one padded counter per thread slot, so counting does
+// not make allocating threads contend on one cache line.
+
+struct Counting;
+
+const SLOTS: usize = 64;
+
+#[repr(align(128))]
+struct Slot(AtomicU64);
+
+static ALLOC_COUNTS: [Slot; SLOTS] = [const { Slot(AtomicU64::new(0)) }; SLOTS];
+static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static MY_SLOT: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+fn count_alloc() {
+    let slot = MY_SLOT
+        .try_with(|s| {
+            let mut v = s.get();
+            if v == usize::MAX {
+                v = NEXT_SLOT.fetch_add(1, Ordering::Relaxed) % SLOTS;
+                s.set(v);
+            }
+            v
+        })
+        .unwrap_or(0);
+    ALLOC_COUNTS[slot].0.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Heap allocations (alloc, alloc_zeroed, realloc) made so far.
+fn allocations() -> u64 {
+    ALLOC_COUNTS
+        .iter()
+        .map(|s| s.0.load(Ordering::Relaxed))
+        .sum()
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count_alloc();
+        // SAFETY: the caller's contract is System's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count_alloc();
+        // SAFETY: as above.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count_alloc();
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+// ---------------------------------------------------------------------------
+// Configuration.
+
+const CAPACITY: usize = 1024;
+const BATCH: usize = 64;
+const STOP: u64 = u64::MAX - 1;
+
+struct Cfg {
+    smoke: bool,
+    /// Messages per throughput configuration (split among producers).
+    msgs: usize,
+    reps: usize,
+    /// Samples per latency test per repetition.
+    lat_iters: usize,
+    lat_warm: usize,
+    /// Only rows whose "<topology> <size> B <label>" contains this.
+    filter: Option<String>,
+    latency: bool,
+}
+
+impl Cfg {
+    fn from_env() -> Cfg {
+        let mut smoke = std::env::var_os("EVENTQ_BENCH_SMOKE").is_some_and(|v| v != "0");
+        let mut reps = None;
+        let mut msgs = None;
+        let mut filter = None;
+        let mut latency = true;
+        let mut args = std::env::args().skip(1);
+        while let Some(a) = args.next() {
+            match a.as_str() {
+                "--smoke" => smoke = true,
+                // cargo bench passes --bench to harness = false targets.
+                "--bench" => {}
+                "--reps" => reps = args.next().and_then(|v| v.parse().ok()),
+                "--msgs" => msgs = args.next().and_then(|v| v.parse().ok()),
+                "--filter" => filter = args.next(),
+                "--no-latency" => latency = false,
+                _ => {
+                    eprintln!(
+                        "usage: side_by_side [--smoke] [--reps N] [--msgs N] [--filter TEXT] [--no-latency]"
+                    );
+                    std::process::exit(2);
+                }
+            }
+        }
+        if smoke {
+            Cfg {
+                smoke,
+                msgs: msgs.unwrap_or(4000),
+                reps: reps.unwrap_or(1),
+                lat_iters: 100,
+                lat_warm: 10,
+                filter,
+                latency,
+            }
+        } else {
+            Cfg {
+                smoke,
+                msgs: msgs.unwrap_or(600_000),
+                reps: reps.unwrap_or(5),
+                lat_iters: 10_000,
+                lat_warm: 200,
+                filter,
+                latency,
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Topo {
+    p: usize,
+    c: usize,
+}
+
+impl Topo {
+    fn name(self) -> String {
+        format!("{}P{}C", self.p, self.c)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Small syscall helpers (the bench's own: the peers must not use libeventq's).
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+fn owned(fd: i32, what: &str) -> OwnedFd {
+    assert!(fd >= 0, "{what}: {}", std::io::Error::last_os_error());
+    // SAFETY: the fd was just returned by the kernel and nothing else owns it.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+fn eventfd(flags: i32) -> OwnedFd {
+    // SAFETY: plain syscall.
+    owned(
+        unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | flags) },
+        "eventfd",
+    )
+}
+
+fn efd_write(fd: RawFd, v: u64) {
+    loop {
+        // SAFETY: writes 8 bytes from a live local.
+        let rc = unsafe { libc::write(fd, (&v as *const u64).cast(), 8) };
+        if rc == 8 {
+            return;
+        }
+        assert!(rc < 0 && errno() == libc::EINTR, "eventfd write: {rc}");
+    }
+}
+
+/// One eventfd read: `None` on EAGAIN (non-blocking fd with a zero counter).
+fn efd_read(fd: RawFd) -> Option<u64> {
+    let mut v = 0u64;
+    loop {
+        // SAFETY: reads 8 bytes into a live local.
+        let rc = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+        if rc == 8 {
+            return Some(v);
+        }
+        match errno() {
+            libc::EINTR => continue,
+            libc::EAGAIN => return None,
+            e => panic!("eventfd read: {rc} errno {e}"),
+        }
+    }
+}
+
+/// An epoll instance watching fds for input; event data is the fd's index.
+struct Ep(OwnedFd);
+
+const NO_EVENT: libc::epoll_event = libc::epoll_event { events: 0, u64: 0 };
+
+impl Ep {
+    fn new(fds: &[RawFd]) -> Ep {
+        // SAFETY: plain syscall.
+        let ep = Ep(owned(
+            unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) },
+            "epoll_create1",
+        ));
+        for (i, &fd) in fds.iter().enumerate() {
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: i as u64,
+            };
+            // SAFETY: ev is a live local.
+            let rc = unsafe { libc::epoll_ctl(ep.0.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
+            assert_eq!(rc, 0, "epoll_ctl: {}", std::io::Error::last_os_error());
+        }
+        ep
+    }
+
+    /// Blocks until at least one event; returns how many.
+    fn wait(&self, evs: &mut [libc::epoll_event]) -> usize {
+        loop {
+            // SAFETY: evs is a live slice of evs.len() events.
+            let n = unsafe {
+                libc::epoll_wait(self.0.as_raw_fd(), evs.as_mut_ptr(), evs.len() as i32, -1)
+            };
+            if n >= 0 {
+                return n as usize;
+            }
+            assert_eq!(errno(), libc::EINTR, "epoll_wait");
+        }
+    }
+}
+
+fn context_switches() -> u64 {
+    // SAFETY: rusage is plain data, filled by the kernel.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: ru is a live local.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    (ru.ru_nvcsw + ru.ru_nivcsw) as u64
+}
+
+fn gettid() -> i32 {
+    // SAFETY: plain syscall.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
+// ---------------------------------------------------------------------------
+// Messages and their verification.
+//
+// A message is `size` bytes: a header u64 (producer << 48 | sequence), the
+// same u64 as a trailer when size >= 16, and a fixed fill between.
+
+const SEQ_BITS: u32 = 48;
+
+fn fill_byte(i: usize) -> u8 {
+    (i as u8).wrapping_mul(31) ^ 0x5a
+}
+
+fn new_msg(size: usize) -> Vec<u8> {
+    (0..size).map(fill_byte).collect()
+}
+
+fn stamp(msg: &mut [u8], p: usize, seq: u64) {
+    let h = ((p as u64) << SEQ_BITS) | seq;
+    msg[..8].copy_from_slice(&h.to_le_bytes());
+    let n = msg.len();
+    if n >= 16 {
+        msg[n - 8..].copy_from_slice(&h.to_le_bytes());
+    }
+}
+
+/// The bare eventfd's value for (producer, sequence): non-zero, below 2^41,
+/// with 16 check bits so most sums of several values are recognised.
+fn bare_encode(p: usize, seq: u64) -> u64 {
+    ((p as u64 + 1) << 38) | (seq << 16) | bare_check(p, seq)
+}
+
+fn bare_check(p: usize, seq: u64) -> u64 {
+    let mut x = ((p as u64) << 32 | seq).wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (x ^ (x >> 31)) & 0xffff
+}
+
+/// What one consumer saw.
+#[derive(Default)]
+struct Tally {
+    size: usize,
+    full_check: bool,
+    last: Vec<i64>,
+    count: Vec<u64>,
+    sum: Vec<u64>,
+    bad: u64,
+    first_bad: Option<String>,
+    /// Bare eventfd: reads that were not one intact value.
+    merged: u64,
+    reads: u64,
+}
+
+impl Tally {
+    fn new(producers: usize, size: usize, full_check: bool) -> Tally {
+        Tally {
+            size,
+            full_check,
+            last: vec![-1; producers],
+            count: vec![0; producers],
+            sum: vec![0; producers],
+            ..Tally::default()
+        }
+    }
+
+    fn fail(&mut self, why: impl FnOnce() -> String) {
+        self.bad += 1;
+        if self.first_bad.is_none() {
+            self.first_bad = Some(why());
+        }
+    }
+
+    #[inline]
+    fn check(&mut self, m: &[u8]) {
+        let n = self.size;
+        if m.len() != n {
+            let len = m.len();
+            return self.fail(|| format!("message of {len} bytes, expected {n}"));
+        }
+        let h = u64::from_le_bytes(m[..8].try_into().unwrap());
+        if n >= 16 && m[n - 8..] != m[..8] {
+            return self.fail(|| format!("header {h:#x} and trailer differ"));
+        }
+        if self.full_check && (8..n.saturating_sub(8)).any(|i| m[i] != fill_byte(i)) {
+            return self.fail(|| format!("message {h:#x}: payload corrupted"));
+        }
+        let (p, seq) = ((h >> SEQ_BITS) as usize, h & ((1 << SEQ_BITS) - 1));
+        self.record(p, seq);
+    }
+
+    #[inline]
+    fn record(&mut self, p: usize, seq: u64) {
+        if p >= self.last.len() || seq as i64 <= self.last[p] {
+            let last = self.last.get(p).copied();
+            return self.fail(|| format!("producer {p} seq {seq} after {last:?}"));
+        }
+        self.last[p] = seq as i64;
+        self.count[p] += 1;
+        self.sum[p] += seq;
+    }
+
+    /// The seed's B: one eventfd value, intact or a merge of several.
+    fn check_bare(&mut self, v: u64) {
+        self.reads += 1;
+        let p1 = (v >> 38) as usize;
+        let seq = (v >> 16) & ((1 << 22) - 1);
+        let ok = v >> 41 == 0
+            && p1 >= 1
+            && p1 <= self.last.len()
+            && v & 0xffff == bare_check(p1 - 1, seq)
+            && seq as i64 > self.last[p1 - 1];
+        if ok {
+            self.record(p1 - 1, seq);
+        } else {
+            self.merged += 1;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The peers, behind one trait so the harness is the same for all.
+
+trait Transport: Send + Sync + 'static {
+    type Tx: Send;
+    type Rx: Send;
+    /// The bare eventfd loses messages by design; the others must not.
+    const LOSSY: bool = false;
+    fn producer(&self) -> Self::Tx;
+    fn send(tx: &mut Self::Tx, msg: &[u8]);
+    /// Set up in the consumer's thread, before the clock starts.
+    fn consumer(&self, tally: Tally) -> Self::Rx;
+    /// Receives until end of stream; returns the tally and the wake-ups.
+    fn consume(rx: Self::Rx) -> (Tally, Option<u64>);
+    /// Called once every producer has finished.
+    fn close(&self);
+    /// Doorbell rings (or writes) per message sent.
+    fn rings(&self, sent: u64) -> Option<f64>;
+}
+
+/// libeventq, consumers on epoll.
+struct EqEpoll {
+    chan: Chan,
+    batch: bool,
+    size: usize,
+}
+
+struct EqEpollRx {
+    chan: Chan,
+    ep: Ep,
+    batch: bool,
+    buf: Vec<u8>,
+    lens: Vec<usize>,
+    tally: Tally,
+}
+
+impl Transport for EqEpoll {
+    type Tx = Chan;
+    type Rx = EqEpollRx;
+
+    fn producer(&self) -> Chan {
+        self.chan.clone()
+    }
+
+    #[inline]
+    fn send(tx: &mut Chan, msg: &[u8]) {
+        tx.send(msg, Wait::Forever).expect("libeventq send");
+    }
+
+    fn consumer(&self, tally: Tally) -> EqEpollRx {
+        let buf_len = if self.batch {
+            BATCH * self.size
+        } else {
+            self.size
+        };
+        EqEpollRx {
+            chan: self.chan.clone(),
+            ep: Ep::new(&[self.chan.recv_fd()]),
+            batch: self.batch,
+            buf: vec![0; buf_len],
+            lens: vec![0; BATCH],
+            tally,
+        }
+    }
+
+    fn consume(mut rx: EqEpollRx) -> (Tally, Option<u64>) {
+        let mut evs = [NO_EVENT; 1];
+        let mut wakes = 0;
+        loop {
+            rx.ep.wait(&mut evs);
+            wakes += 1;
+            loop {
+                let got = if rx.batch {
+                    rx.chan
+                        .recv_batch(&mut rx.buf, &mut rx.lens, Wait::Never)
+                        .map(|n| {
+                            let mut off = 0;
+                            for &len in &rx.lens[..n] {
+                                rx.tally.check(&rx.buf[off..off + len]);
+                                off += len;
+                            }
+                        })
+                } else {
+                    rx.chan
+                        .recv_into(&mut rx.buf, Wait::Never)
+                        .map(|n| rx.tally.check(&rx.buf[..n]))
+                };
+                match got {
+                    Ok(()) => {}
+                    Err(Error::WouldBlock) => break,
+                    Err(Error::Closed) => return (rx.tally, Some(wakes)),
+                    Err(e) => panic!("libeventq receive: {e}"),
+                }
+            }
+        }
+    }
+
+    fn close(&self) {
+        self.chan.close();
+    }
+
+    fn rings(&self, _sent: u64) -> Option<f64> {
+        let s = self.chan.stats();
+        Some(s.recv_doorbell_rings as f64 / s.sent as f64)
+    }
+}
+
+/// libeventq through the loop's channel source.
+struct EqLoop {
+    chan: Chan,
+}
+
+struct EqLoopRx {
+    lp: Loop,
+    done: Arc<AtomicBool>,
+    out: Arc<Mutex<Option<Tally>>>,
+}
+
+impl Transport for EqLoop {
+    type Tx = Chan;
+    type Rx = EqLoopRx;
+
+    fn producer(&self) -> Chan {
+        self.chan.clone()
+    }
+
+    #[inline]
+    fn send(tx: &mut Chan, msg: &[u8]) {
+        tx.send(msg, Wait::Forever).expect("libeventq send");
+    }
+
+    fn consumer(&self, mut tally: Tally) -> EqLoopRx {
+        let lp = Loop::new().expect("Loop::new");
+        let done = Arc::new(AtomicBool::new(false));
+        let out = Arc::new(Mutex::new(None));
+        let (done2, out2) = (done.clone(), out.clone());
+        lp.add_chan(&self.chan, move |_, _, ev| {
+            match ev {
+                Event::Message(m) => tally.check(m),
+                Event::Closed => {
+                    *out2.lock().unwrap() = Some(std::mem::take(&mut tally));
+                    done2.store(true, Ordering::Release);
+                }
+                _ => {}
+            }
+            Ok(())
+        })
+        .expect("add_chan");
+        EqLoopRx { lp, done, out }
+    }
+
+    fn consume(rx: EqLoopRx) -> (Tally, Option<u64>) {
+        let mut wakes = 0;
+        while !rx.done.load(Ordering::Acquire) {
+            rx.lp.run_once(None).expect("run_once");
+            wakes += 1;
+        }
+        let tally = rx.out.lock().unwrap().take().expect("tally");
+        (tally, Some(wakes))
+    }
+
+    fn close(&self) {
+        self.chan.close();
+    }
+
+    fn rings(&self, _sent: u64) -> Option<f64> {
+        let s = self.chan.stats();
+        Some(s.recv_doorbell_rings as f64 / s.sent as f64)
+    }
+}
+
+/// What crossbeam and the semaphore queue carry: `[u8; 8]` for 8-byte
+/// messages, a `Vec<u8>` allocated per message for larger ones.
+trait Payload: Send + 'static {
+    fn from_msg(m: &[u8]) -> Self;
+    fn bytes(&self) -> &[u8];
+}
+
+impl Payload for [u8; 8] {
+    #[inline]
+    fn from_msg(m: &[u8]) -> Self {
+        m.try_into().expect("8-byte message")
+    }
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+impl Payload for Vec<u8> {
+    #[inline]
+    fn from_msg(m: &[u8]) -> Self {
+        m.to_vec()
+    }
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+/// crossbeam-channel bounded: no fd, blocking send and recv.
+struct Crossbeam<P> {
+    tx: Mutex<Option<crossbeam_channel::Sender<P>>>,
+    rx: crossbeam_channel::Receiver<P>,
+}
+
+impl<P: Payload> Crossbeam<P> {
+    fn new() -> Self {
+        let (tx, rx) = crossbeam_channel::bounded(CAPACITY);
+        Crossbeam {
+            tx: Mutex::new(Some(tx)),
+            rx,
+        }
+    }
+}
+
+impl<P: Payload> Transport for Crossbeam<P> {
+    type Tx = crossbeam_channel::Sender<P>;
+    type Rx = (crossbeam_channel::Receiver<P>, Tally);
+
+    fn producer(&self) -> Self::Tx {
+        self.tx.lock().unwrap().clone().expect("open")
+    }
+
+    #[inline]
+    fn send(tx: &mut Self::Tx, msg: &[u8]) {
+        tx.send(P::from_msg(msg)).expect("crossbeam send");
+    }
+
+    fn consumer(&self, tally: Tally) -> Self::Rx {
+        (self.rx.clone(), tally)
+    }
+
+    fn consume((rx, mut tally): Self::Rx) -> (Tally, Option<u64>) {
+        while let Ok(m) = rx.recv() {
+            tally.check(m.bytes());
+        }
+        (tally, None)
+    }
+
+    fn close(&self) {
+        self.tx.lock().unwrap().take();
+    }
+
+    fn rings(&self, _sent: u64) -> Option<f64> {
+        None
+    }
+}
+
+/// A mutex queue with an eventfd in semaphore mode: each send writes 1, each
+/// receive reads 1 (one syscall per message on each side).
+struct SemShared<P> {
+    state: parking_lot::Mutex<SemState<P>>,
+    not_full: parking_lot::Condvar,
+    efd: OwnedFd,
+    consumers: usize,
+    writes: AtomicU64,
+}
+
+struct SemState<P> {
+    queue: VecDeque<P>,
+    closed: bool,
+}
+
+struct SemQueue<P>(Arc<SemShared<P>>);
+
+struct SemTx<P> {
+    sh: Arc<SemShared<P>>,
+    writes: u64,
+}
+
+impl<P> Drop for SemTx<P> {
+    fn drop(&mut self) {
+        self.sh.writes.fetch_add(self.writes, Ordering::Relaxed);
+    }
+}
+
+impl<P: Payload> SemQueue<P> {
+    fn new(consumers: usize) -> Self {
+        SemQueue(Arc::new(SemShared {
+            state: parking_lot::Mutex::new(SemState {
+                queue: VecDeque::with_capacity(CAPACITY),
+                closed: false,
+            }),
+            not_full: parking_lot::Condvar::new(),
+            efd: eventfd(libc::EFD_SEMAPHORE | libc::EFD_NONBLOCK),
+            consumers,
+            writes: AtomicU64::new(0),
+        }))
+    }
+}
+
+impl<P: Payload> Transport for SemQueue<P> {
+    type Tx = SemTx<P>;
+    type Rx = (Arc<SemShared<P>>, Ep, Tally);
+
+    fn producer(&self) -> SemTx<P> {
+        SemTx {
+            sh: self.0.clone(),
+            writes: 0,
+        }
+    }
+
+    #[inline]
+    fn send(tx: &mut SemTx<P>, msg: &[u8]) {
+        let item = P::from_msg(msg);
+        let sh = &*tx.sh;
+        {
+            let mut st = sh.state.lock();
+            while st.queue.len() >= CAPACITY {
+                sh.not_full.wait(&mut st);
+            }
+            st.queue.push_back(item);
+        }
+        efd_write(sh.efd.as_raw_fd(), 1);
+        tx.writes += 1;
+    }
+
+    fn consumer(&self, tally: Tally) -> Self::Rx {
+        (self.0.clone(), Ep::new(&[self.0.efd.as_raw_fd()]), tally)
+    }
+
+    fn consume((sh, ep, mut tally): Self::Rx) -> (Tally, Option<u64>) {
+        let mut evs = [NO_EVENT; 1];
+        let mut wakes = 0;
+        loop {
+            ep.wait(&mut evs);
+            wakes += 1;
+            // One token per message (plus one per consumer at close).
+            while efd_read(sh.efd.as_raw_fd()).is_some() {
+                let (item, closed) = {
+                    let mut st = sh.state.lock();
+                    (st.queue.pop_front(), st.closed)
+                };
+                match item {
+                    Some(m) => {
+                        sh.not_full.notify_one();
+                        tally.check(m.bytes());
+                    }
+                    None if closed => return (tally, Some(wakes)),
+                    None => panic!("semaphore queue: a token without a message"),
+                }
+            }
+        }
+    }
+
+    fn close(&self) {
+        self.0.state.lock().closed = true;
+        efd_write(self.0.efd.as_raw_fd(), self.0.consumers as u64);
+    }
+
+    fn rings(&self, sent: u64) -> Option<f64> {
+        Some(self.0.writes.load(Ordering::Relaxed) as f64 / sent as f64)
+    }
+}
+
+/// A pipe carrying fixed-size messages.
+struct PipeQ {
+    rfd: OwnedFd,
+    wfd: Mutex<Option<OwnedFd>>,
+    wraw: RawFd,
+    size: usize,
+    writes: Arc<AtomicU64>,
+}
+
+struct PipeTx {
+    fd: RawFd,
+    writes: u64,
+    total: Arc<AtomicU64>,
+}
+
+impl Drop for PipeTx {
+    fn drop(&mut self) {
+        self.total.fetch_add(self.writes, Ordering::Relaxed);
+    }
+}
+
+impl PipeQ {
+    fn new(size: usize) -> PipeQ {
+        assert!(
+            size <= libc::PIPE_BUF,
+            "pipe writes are atomic up to PIPE_BUF"
+        );
+        let mut fds = [0; 2];
+        // SAFETY: fds is a live array of two ints.
+        let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+        assert_eq!(rc, 0, "pipe2");
+        let (rfd, wfd) = (owned(fds[0], "pipe"), owned(fds[1], "pipe"));
+        // SAFETY: plain fcntl calls on fds we own.
+        unsafe {
+            let fl = libc::fcntl(fds[0], libc::F_GETFL);
+            assert_eq!(libc::fcntl(fds[0], libc::F_SETFL, fl | libc::O_NONBLOCK), 0);
+            // The same capacity as the others: 1024 messages.
+            let want = (CAPACITY * size).max(4096) as libc::c_int;
+            assert!(
+                libc::fcntl(fds[1], libc::F_SETPIPE_SZ, want) >= want,
+                "F_SETPIPE_SZ"
+            );
+        }
+        PipeQ {
+            rfd,
+            wraw: fds[1],
+            wfd: Mutex::new(Some(wfd)),
+            size,
+            writes: Arc::new(AtomicU64::new(0)),
+        }
+    }
+}
+
+impl Transport for PipeQ {
+    type Tx = PipeTx;
+    type Rx = (RawFd, Ep, Vec<u8>, Tally);
+
+    fn producer(&self) -> PipeTx {
+        PipeTx {
+            fd: self.wraw,
+            writes: 0,
+            total: self.writes.clone(),
+        }
+    }
+
+    #[inline]
+    fn send(tx: &mut PipeTx, msg: &[u8]) {
+        let mut off = 0;
+        while off < msg.len() {
+            // SAFETY: writes from a live slice.
+            let n = unsafe { libc::write(tx.fd, msg[off..].as_ptr().cast(), msg.len() - off) };
+            if n < 0 {
+                assert_eq!(errno(), libc::EINTR, "pipe write");
+                continue;
+            }
+            tx.writes += 1;
+            off += n as usize;
+        }
+    }
+
+    fn consumer(&self, tally: Tally) -> Self::Rx {
+        let fd = self.rfd.as_raw_fd();
+        (fd, Ep::new(&[fd]), vec![0; self.size], tally)
+    }
+
+    fn consume((fd, ep, mut buf, mut tally): Self::Rx) -> (Tally, Option<u64>) {
+        let mut evs = [NO_EVENT; 1];
+        let mut wakes = 0;
+        loop {
+            ep.wait(&mut evs);
+            wakes += 1;
+            loop {
+                // SAFETY: reads into a live buffer of buf.len() bytes.
+                let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+                if n == 0 {
+                    return (tally, Some(wakes)); // every write end closed
+                }
+                if n < 0 {
+                    match errno() {
+                        libc::EAGAIN => break,
+                        libc::EINTR => continue,
+                        e => panic!("pipe read: errno {e}"),
+                    }
+                }
+                tally.check(&buf[..n as usize]);
+            }
+        }
+    }
+
+    fn close(&self) {
+        self.wfd.lock().unwrap().take();
+    }
+
+    fn rings(&self, sent: u64) -> Option<f64> {
+        Some(self.writes.load(Ordering::Relaxed) as f64 / sent as f64)
+    }
+}
+
+/// The seed's bare eventfd: the value is the data.
+struct Bare {
+    efd: OwnedFd,
+    done: OwnedFd,
+}
+
+impl Transport for Bare {
+    type Tx = RawFd;
+    type Rx = (RawFd, RawFd, Ep, Tally);
+    const LOSSY: bool = true;
+
+    fn producer(&self) -> RawFd {
+        self.efd.as_raw_fd()
+    }
+
+    #[inline]
+    fn send(fd: &mut RawFd, msg: &[u8]) {
+        let h = u64::from_le_bytes(msg[..8].try_into().unwrap());
+        let (p, seq) = ((h >> SEQ_BITS) as usize, h & ((1 << SEQ_BITS) - 1));
+        efd_write(*fd, bare_encode(p, seq));
+    }
+
+    fn consumer(&self, tally: Tally) -> Self::Rx {
+        let (d, f) = (self.efd.as_raw_fd(), self.done.as_raw_fd());
+        (d, f, Ep::new(&[d, f]), tally)
+    }
+
+    fn consume((data, _done, ep, mut tally): Self::Rx) -> (Tally, Option<u64>) {
+        let mut evs = [NO_EVENT; 2];
+        let mut wakes = 0;
+        loop {
+            let n = ep.wait(&mut evs);
+            wakes += 1;
+            // The seed's B: one read per wake-up.
+            if let Some(v) = efd_read(data) {
+                tally.check_bare(v);
+            }
+            // The done fd is never read, so it wakes every consumer.
+            if evs[..n].iter().any(|e| e.u64 == 1) {
+                if let Some(v) = efd_read(data) {
+                    tally.check_bare(v);
+                }
+                return (tally, Some(wakes));
+            }
+        }
+    }
+
+    fn close(&self) {
+        efd_write(self.done.as_raw_fd(), 1);
+    }
+
+    fn rings(&self, _sent: u64) -> Option<f64> {
+        Some(1.0)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The throughput harness.
+
+#[derive(Clone, Default)]
+struct RunOut {
+    rate: f64,
+    rings: Option<f64>,
+    wakes: Option<f64>,
+    ctxsw: f64,
+    allocs: f64,
+    /// Bare eventfd: (sent, intact, reads).
+    loss: Option<(u64, u64, u64)>,
+    error: Option<String>,
+}
+
+fn run_throughput<T: Transport>(t: T, topo: Topo, size: usize, cfg: &Cfg) -> RunOut {
+    let t = Arc::new(t);
+    let per_prod = (cfg.msgs / topo.p).max(20) as u64;
+    let warm = per_prod / 10;
+    let start = Arc::new(Barrier::new(topo.p + topo.c + 1));
+    let warmed = Arc::new(Barrier::new(topo.p + 1));
+    let go = Arc::new(Barrier::new(topo.p + 1));
+
+    let consumers: Vec<_> = (0..topo.c)
+        .map(|_| {
+            let (t, start) = (t.clone(), start.clone());
+            let tally = Tally::new(topo.p, size, cfg.smoke);
+            thread::spawn(move || {
+                let rx = t.consumer(tally);
+                start.wait();
+                let (tally, wakes) = T::consume(rx);
+                (tally, wakes, Instant::now())
+            })
+        })
+        .collect();
+    let producers: Vec<_> = (0..topo.p)
+        .map(|p| {
+            let (t, start, warmed, go) = (t.clone(), start.clone(), warmed.clone(), go.clone());
+            let mut msg = new_msg(size);
+            thread::spawn(move || {
+                let mut tx = t.producer();
+                start.wait();
+                for seq in 0..warm {
+                    stamp(&mut msg, p, seq);
+                    T::send(&mut tx, &msg);
+                }
+                warmed.wait();
+                go.wait();
+                for seq in warm..per_prod {
+                    stamp(&mut msg, p, seq);
+                    T::send(&mut tx, &msg);
+                }
+            })
+        })
+        .collect();
+
+    start.wait();
+    warmed.wait();
+    let (a0, c0, t0) = (allocations(), context_switches(), Instant::now());
+    go.wait();
+    for h in producers {
+        h.join().expect("producer panicked");
+    }
+    t.close();
+    let outs: Vec<_> = consumers
+        .into_iter()
+        .map(|h| h.join().expect("consumer panicked"))
+        .collect();
+    let (a1, c1) = (allocations(), context_switches());
+
+    let end = outs.iter().map(|o| o.2).max().unwrap();
+    let secs = end.duration_since(t0).as_secs_f64();
+    let timed = (topo.p as u64 * (per_prod - warm)) as f64;
+    let sent = topo.p as u64 * per_prod;
+    let mut out = RunOut {
+        rate: timed / secs,
+        rings: t.rings(sent),
+        wakes: outs
+            .iter()
+            .map(|o| o.1)
+            .sum::<Option<u64>>()
+            .map(|w| w as f64 / sent as f64),
+        ctxsw: (c1 - c0) as f64 / timed,
+        allocs: (a1 - a0) as f64 / timed,
+        ..RunOut::default()
+    };
+
+    // Merge the tallies and check exactly-once, whole, in order.
+    let mut count = vec![0u64; topo.p];
+    let mut sum = vec![0u64; topo.p];
+    let (mut bad, mut merged, mut reads) = (0, 0, 0);
+    for (tally, _, _) in &outs {
+        for p in 0..topo.p {
+            count[p] += tally.count[p];
+            sum[p] += tally.sum[p];
+        }
+        bad += tally.bad;
+        merged += tally.merged;
+        reads += tally.reads;
+        if out.error.is_none() {
+            out.error.clone_from(&tally.first_bad);
+        }
+    }
+    if T::LOSSY {
+        out.error = None;
+        out.loss = Some((sent, count.iter().sum(), reads.max(merged)));
+        return out;
+    }
+    let want_sum = per_prod * (per_prod - 1) / 2;
+    for p in 0..topo.p {
+        if out.error.is_none() && (count[p] != per_prod || sum[p] != want_sum) {
+            out.error = Some(format!(
+                "producer {p}: {} of {per_prod} messages delivered (sequence sum {} want {want_sum})",
+                count[p], sum[p]
+            ));
+        }
+    }
+    if bad > 0 {
+        let first = out.error.take().unwrap_or_default();
+        out.error = Some(format!("{bad} bad messages; first: {first}"));
+    }
+    out
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Peer {
+    EqRecvInto,
+    EqBatch,
+    EqLoop,
+    Crossbeam,
+    SemQueue,
+    Pipe,
+    Bare,
+}
+
+const PEERS: [Peer; 7] = [
+    Peer::EqRecvInto,
+    Peer::EqBatch,
+    Peer::EqLoop,
+    Peer::Crossbeam,
+    Peer::SemQueue,
+    Peer::Pipe,
+    Peer::Bare,
+];
+
+impl Peer {
+    fn label(self, size: usize) -> String {
+        let item = if size == 8 {
+            "[u8; 8]".to_string()
+        } else {
+            format!("Vec<u8> of {size} per msg")
+        };
+        match self {
+            Peer::EqRecvInto => "libeventq epoll + recv_into (ref)".into(),
+            Peer::EqBatch => format!("libeventq epoll + recv_batch({BATCH})"),
+            Peer::EqLoop => "libeventq Loop::add_chan, cb/msg".into(),
+            Peer::Crossbeam => format!("crossbeam bounded, {item}, no fd"),
+            Peer::SemQueue => format!("mutex queue + EFD_SEMAPHORE, {item}"),
+            Peer::Pipe => format!("pipe, {size}-byte write/read per msg"),
+            Peer::Bare => "bare eventfd (the seed)".into(),
+        }
+    }
+
+    fn applies(self, size: usize) -> bool {
+        self != Peer::Bare || size == 8
+    }
+
+    fn is_eventq(self) -> bool {
+        matches!(self, Peer::EqRecvInto | Peer::EqBatch | Peer::EqLoop)
+    }
+
+    fn run(self, topo: Topo, size: usize, cfg: &Cfg) -> RunOut {
+        let chan = || Chan::new(Options::new(CAPACITY)).expect("Chan::new");
+        match (self, size == 8) {
+            (Peer::EqRecvInto | Peer::EqBatch, _) => {
+                let t = EqEpoll {
+                    chan: chan(),
+                    batch: self == Peer::EqBatch,
+                    size,
+                };
+                run_throughput(t, topo, size, cfg)
+            }
+            (Peer::EqLoop, _) => run_throughput(EqLoop { chan: chan() }, topo, size, cfg),
+            (Peer::Crossbeam, true) => run_throughput(Crossbeam::<[u8; 8]>::new(), topo, size, cfg),
+            (Peer::Crossbeam, false) => {
+                run_throughput(Crossbeam::<Vec<u8>>::new(), topo, size, cfg)
+            }
+            (Peer::SemQueue, true) => {
+                run_throughput(SemQueue::<[u8; 8]>::new(topo.c), topo, size, cfg)
+            }
+            (Peer::SemQueue, false) => {
+                run_throughput(SemQueue::<Vec<u8>>::new(topo.c), topo, size, cfg)
+            }
+            (Peer::Pipe, _) => run_throughput(PipeQ::new(size), topo, size, cfg),
+            (Peer::Bare, _) => {
+                let t = Bare {
+                    efd: eventfd(libc::EFD_NONBLOCK),
+                    done: eventfd(libc::EFD_NONBLOCK),
+                };
+                run_throughput(t, topo, size, cfg)
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Latency: idle wake-up and ping-pong.
+
+fn now_ns(base: Instant) -> u64 {
+    base.elapsed().as_nanos() as u64
+}
+
+/// How the sender knows the consumer is idle.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pacing {
+    /// /proc/self/task/<tid>/{stat,syscall}: sleeping in epoll_wait.
+    Proc,
+    /// /proc unreadable: a 200 µs pause after the ack instead.
+    Pause,
+}
+
+fn pacing_available() -> Pacing {
+    let tid = gettid();
+    let ok = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).is_ok()
+        && std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).is_ok();
+    if ok {
+        Pacing::Proc
+    } else {
+        Pacing::Pause
+    }
+}
+
+/// Waits until thread `tid` sleeps in epoll_wait (syscall 232, or
+/// epoll_pwait 281 / epoll_pwait2 441).
+fn wait_idle(tid: i32, pacing: Pacing) {
+    if pacing == Pacing::Pause {
+        thread::sleep(Duration::from_micros(200));
+        return;
+    }
+    let (sys_path, stat_path) = (
+        format!("/proc/self/task/{tid}/syscall"),
+        format!("/proc/self/task/{tid}/stat"),
+    );
+    loop {
+        let sys = std::fs::read_to_string(&sys_path).unwrap_or_default();
+        let nr = sys.split_whitespace().next().unwrap_or("");
+        if matches!(nr, "232" | "281" | "441") {
+            let stat = std::fs::read_to_string(&stat_path).unwrap_or_default();
+            let state = stat.rsplit_once(") ").map(|(_, r)| r.chars().next());
+            if state == Some(Some('S')) {
+                return;
+            }
+        }
+        thread::yield_now();
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Idle {
+    RawEventfd,
+    EqEpoll,
+    EqLoop,
+}
+
+impl Idle {
+    fn label(self) -> &'static str {
+        match self {
+            Idle::RawEventfd => "raw eventfd write -> epoll_wait + read (ref)",
+            Idle::EqEpoll => "libeventq send -> epoll_wait + recv_into",
+            Idle::EqLoop => "libeventq send -> Loop::add_chan callback",
+        }
+    }
+}
+
+/// Idle wake-up samples (ns): send on an idle channel until the consumer's
+/// epoll_wait has returned and it holds the message.
+fn idle_wakeup(kind: Idle, cfg: &Cfg, pacing: Pacing) -> Result<Vec<u64>, String> {
+    let base = Instant::now();
+    let t_recv = Arc::new(AtomicU64::new(0));
+    let got = Arc::new(AtomicU64::new(0));
+    let tid = Arc::new(AtomicI32::new(0));
+    let ack = Arc::new(eventfd(0)); // blocking: the sender sleeps on it
+    let note = {
+        let (t_recv, got, ack) = (t_recv.clone(), got.clone(), ack.clone());
+        move |v: u64| {
+            t_recv.store(now_ns(base), Ordering::Release);
+            got.store(v, Ordering::Release);
+            if v != STOP {
+                efd_write(ack.as_raw_fd(), 1);
+            }
+        }
+    };
+    let data = Arc::new(eventfd(libc::EFD_NONBLOCK));
+    let chan = Chan::new(Options::new(CAPACITY)).expect("Chan::new");
+    let consumer = {
+        let (tid, data, chan) = (tid.clone(), data.clone(), chan.clone());
+        thread::spawn(move || match kind {
+            Idle::RawEventfd => {
+                let ep = Ep::new(&[data.as_raw_fd()]);
+                tid.store(gettid(), Ordering::Release);
+                let mut evs = [NO_EVENT; 1];
+                loop {
+                    ep.wait(&mut evs);
+                    if let Some(v) = efd_read(data.as_raw_fd()) {
+                        note(v);
+                        if v == STOP {
+                            return;
+                        }
+                    }
+                }
+            }
+            Idle::EqEpoll => {
+                let ep = Ep::new(&[chan.recv_fd()]);
+                tid.store(gettid(), Ordering::Release);
+                let mut evs = [NO_EVENT; 1];
+                let mut buf = [0u8; 8];
+                loop {
+                    ep.wait(&mut evs);
+                    loop {
+                        match chan.recv_into(&mut buf, Wait::Never) {
+                            Ok(_) => {
+                                let v = u64::from_le_bytes(buf);
+                                note(v);
+                                if v == STOP {
+                                    return;
+                                }
+                            }
+                            Err(Error::WouldBlock) => break,
+                            Err(e) => panic!("recv_into: {e}"),
+                        }
+                    }
+                }
+            }
+            Idle::EqLoop => {
+                let lp = Loop::new().expect("Loop::new");
+                let done = Arc::new(AtomicBool::new(false));
+                let done2 = done.clone();
+                lp.add_chan(&chan, move |_, _, ev| {
+                    if let Event::Message(m) = ev {
+                        let v = u64::from_le_bytes(m.try_into().unwrap());
+                        note(v);
+                        if v == STOP {
+                            done2.store(true, Ordering::Release);
+                        }
+                    }
+                    Ok(())
+                })
+                .expect("add_chan");
+                tid.store(gettid(), Ordering::Release);
+                while !done.load(Ordering::Acquire) {
+                    lp.run_once(None).expect("run_once");
+                }
+            }
+        })
+    };
+    let send = |v: u64| match kind {
+        Idle::RawEventfd => efd_write(data.as_raw_fd(), v),
+        Idle::EqEpoll | Idle::EqLoop => chan.send(&v.to_le_bytes(), Wait::Forever).expect("send"),
+    };
+    let tid = loop {
+        match tid.load(Ordering::Acquire) {
+            0 => thread::yield_now(),
+            t => break t,
+        }
+    };
+    let mut samples = Vec::with_capacity(cfg.lat_iters);
+    let mut error = None;
+    for i in 0..cfg.lat_warm + cfg.lat_iters {
+        wait_idle(tid, pacing);
+        let v = i as u64 + 1;
+        let t0 = now_ns(base);
+        send(v);
+        let mut a = 0u64;
+        // SAFETY: blocking read of 8 bytes into a live local.
+        while unsafe { libc::read(ack.as_raw_fd(), (&mut a as *mut u64).cast(), 8) } != 8 {
+            assert_eq!(errno(), libc::EINTR, "ack read");
+        }
+        if got.load(Ordering::Acquire) != v && error.is_none() {
+            error = Some(format!(
+                "idle wake-up: sent {v}, consumer saw {}",
+                got.load(Ordering::Acquire)
+            ));
+        }
+        if i >= cfg.lat_warm {
+            samples.push(t_recv.load(Ordering::Acquire).saturating_sub(t0));
+        }
+    }
+    send(STOP);
+    consumer
+        .join()
+        .map_err(|_| "idle consumer panicked".to_string())?;
+    error.map_or(Ok(samples), Err)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PingPong {
+    RawEventfd,
+    EqEpoll,
+    EqBlocking,
+}
+
+impl PingPong {
+    fn label(self) -> &'static str {
+        match self {
+            PingPong::RawEventfd => "two eventfds, epoll_wait + read (ref)",
+            PingPong::EqEpoll => "two channels, epoll_wait + recv_into",
+            PingPong::EqBlocking => "two channels, recv_into(Forever) (condvar)",
+        }
+    }
+}
+
+/// Round-trip samples (ns): A sends on one, B answers on the other.
+fn ping_pong(kind: PingPong, cfg: &Cfg) -> Result<Vec<u64>, String> {
+    let (ab_e, ba_e) = (
+        Arc::new(eventfd(libc::EFD_NONBLOCK)),
+        Arc::new(eventfd(libc::EFD_NONBLOCK)),
+    );
+    let chan = || Chan::new(Options::new(CAPACITY)).expect("Chan::new");
+    let (ab, ba) = (chan(), chan());
+    let b = {
+        let (ab_e, ba_e, ab, ba) = (ab_e.clone(), ba_e.clone(), ab.clone(), ba.clone());
+        thread::spawn(move || {
+            let mut evs = [NO_EVENT; 1];
+            let mut buf = [0u8; 8];
+            match kind {
+                PingPong::RawEventfd => {
+                    let ep = Ep::new(&[ab_e.as_raw_fd()]);
+                    loop {
+                        ep.wait(&mut evs);
+                        if let Some(v) = efd_read(ab_e.as_raw_fd()) {
+                            if v == STOP {
+                                return;
+                            }
+                            efd_write(ba_e.as_raw_fd(), v);
+                        }
+                    }
+                }
+                PingPong::EqEpoll => {
+                    let ep = Ep::new(&[ab.recv_fd()]);
+                    loop {
+                        ep.wait(&mut evs);
+                        loop {
+                            match ab.recv_into(&mut buf, Wait::Never) {
+                                Ok(_) if u64::from_le_bytes(buf) == STOP => return,
+                                Ok(_) => ba.send(&buf, Wait::Forever).expect("send"),
+                                Err(Error::WouldBlock) => break,
+                                Err(e) => panic!("recv_into: {e}"),
+                            }
+                        }
+                    }
+                }
+                PingPong::EqBlocking => loop {
+                    ab.recv_into(&mut buf, Wait::Forever).expect("recv_into");
+                    if u64::from_le_bytes(buf) == STOP {
+                        return;
+                    }
+                    ba.send(&buf, Wait::Forever).expect("send");
+                },
+            }
+        })
+    };
+    let ep_raw = Ep::new(&[ba_e.as_raw_fd()]);
+    let ep_eq = Ep::new(&[ba.recv_fd()]);
+    let mut evs = [NO_EVENT; 1];
+    let mut buf = [0u8; 8];
+    let mut samples = Vec::with_capacity(cfg.lat_iters);
+    let mut error = None;
+    for i in 0..cfg.lat_warm + cfg.lat_iters {
+        let v = i as u64 + 1;
+        let t0 = Instant::now();
+        let back = match kind {
+            PingPong::RawEventfd => {
+                efd_write(ab_e.as_raw_fd(), v);
+                loop {
+                    ep_raw.wait(&mut evs);
+                    if let Some(r) = efd_read(ba_e.as_raw_fd()) {
+                        break r;
+                    }
+                }
+            }
+            PingPong::EqEpoll => {
+                ab.send(&v.to_le_bytes(), Wait::Forever).expect("send");
+                loop {
+                    ep_eq.wait(&mut evs);
+                    match ba.recv_into(&mut buf, Wait::Never) {
+                        Ok(_) => break u64::from_le_bytes(buf),
+                        Err(Error::WouldBlock) => continue,
+                        Err(e) => panic!("recv_into: {e}"),
+                    }
+                }
+            }
+            PingPong::EqBlocking => {
+                ab.send(&v.to_le_bytes(), Wait::Forever).expect("send");
+                ba.recv_into(&mut buf, Wait::Forever).expect("recv_into");
+                u64::from_le_bytes(buf)
+            }
+        };
+        let rtt = t0.elapsed().as_nanos() as u64;
+        if back != v && error.is_none() {
+            error = Some(format!("ping-pong: sent {v}, got {back}"));
+        }
+        if i >= cfg.lat_warm {
+            samples.push(rtt);
+        }
+    }
+    match kind {
+        PingPong::RawEventfd => efd_write(ab_e.as_raw_fd(), STOP),
+        _ => ab.send(&STOP.to_le_bytes(), Wait::Forever).expect("send"),
+    }
+    b.join()
+        .map_err(|_| "ping-pong peer panicked".to_string())?;
+    error.map_or(Ok(samples), Err)
+}
+
+/// (p50, p99) in ns.
+fn percentiles(mut v: Vec<u64>) -> (f64, f64) {
+    v.sort_unstable();
+    let at = |q: f64| v[((v.len() as f64 * q) as usize).min(v.len() - 1)] as f64;
+    (at(0.50), at(0.99))
+}
+
+// ---------------------------------------------------------------------------
+// Report.
+
+/// The median; NaN for no values (a row the filter left out).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn median_opt(v: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    let v: Option<Vec<f64>> = v.collect();
+    v.filter(|v| !v.is_empty()).map(median)
+}
+
+fn read_trim(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+fn load1() -> (f64, String) {
+    let l = read_trim("/proc/loadavg");
+    let one = l
+        .split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN);
+    (one, l)
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "?".into());
+    let cpus = thread::available_parallelism().map_or(0, |n| n.get());
+    format!(
+        "{cpus} CPUs ({cpu}), Linux {}",
+        read_trim("/proc/sys/kernel/osrelease")
+    )
+}
+
+fn fmt_opt(v: Option<f64>, prec: usize) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{v:.prec$}"))
+}
+
+// ---------------------------------------------------------------------------
+// Hang guard: a configuration that makes no progress for this long is a hang
+// (a lost wake-up), reported as a failure instead of a stuck `make test`. It
+// never fires on a working channel and no figure depends on it.
+
+const HANG_GUARD: Duration = Duration::from_secs(120);
+
+static CURRENT: Mutex<String> = Mutex::new(String::new());
+static PROGRESS: AtomicU64 = AtomicU64::new(0);
+
+fn progress(what: &str) {
+    *CURRENT.lock().unwrap() = what.to_string();
+    PROGRESS.fetch_add(1, Ordering::Relaxed);
+}
+
+fn start_hang_guard() {
+    thread::spawn(|| {
+        let mut last = PROGRESS.load(Ordering::Relaxed);
+        loop {
+            thread::sleep(HANG_GUARD);
+            let now = PROGRESS.load(Ordering::Relaxed);
+            if now == last {
+                eprintln!(
+                    "side_by_side: no progress for {} s in {}: a hang (lost wake-up?)",
+                    HANG_GUARD.as_secs(),
+                    CURRENT.lock().unwrap()
+                );
+                std::process::exit(1);
+            }
+            last = now;
+        }
+    });
+}
+
+fn main() {
+    let cfg = Cfg::from_env();
+    start_hang_guard();
+    let topos = [
+        Topo { p: 1, c: 1 },
+        Topo { p: 4, c: 1 },
+        Topo { p: 4, c: 4 },
+    ];
+    let sizes = [8usize, 1024];
+    let groups: Vec<(Topo, usize)> = sizes
+        .iter()
+        .flat_map(|&s| topos.iter().map(move |&t| (t, s)))
+        .collect();
+    let idles = [Idle::RawEventfd, Idle::EqEpoll, Idle::EqLoop];
+    let pps = [
+        PingPong::RawEventfd,
+        PingPong::EqEpoll,
+        PingPong::EqBlocking,
+    ];
+    let pacing = pacing_available();
+
+    let (load_start, load_start_s) = load1();
+    let started = Instant::now();
+    // results[group][peer] = one RunOut per repetition
+    let mut results: Vec<Vec<Vec<RunOut>>> = vec![vec![Vec::new(); PEERS.len()]; groups.len()];
+    let mut idle_res: Vec<Vec<(f64, f64)>> = vec![Vec::new(); idles.len()];
+    let mut pp_res: Vec<Vec<(f64, f64)>> = vec![Vec::new(); pps.len()];
+    let mut errors: Vec<String> = Vec::new();
+
+    // Repetitions are interleaved (every configuration once, then again) so a
+    // burst of load elsewhere spreads over all rows instead of one.
+    for rep in 0..cfg.reps {
+        eprintln!("side_by_side: repetition {}/{}", rep + 1, cfg.reps);
+        for (gi, &(topo, size)) in groups.iter().enumerate() {
+            for (pi, &peer) in PEERS.iter().enumerate() {
+                let name = format!("{} {size} B {}", topo.name(), peer.label(size));
+                if !peer.applies(size) || cfg.filter.as_ref().is_some_and(|f| !name.contains(f)) {
+                    continue;
+                }
+                progress(&name);
+                let t = Instant::now();
+                let out = peer.run(topo, size, &cfg);
+                eprintln!(
+                    "  {name}: {:.2} M msg/s, {:.2} s",
+                    out.rate / 1e6,
+                    t.elapsed().as_secs_f64()
+                );
+                if let Some(e) = &out.error {
+                    errors.push(format!(
+                        "{} {size} B {}: {e}",
+                        topo.name(),
+                        peer.label(size)
+                    ));
+                }
+                results[gi][pi].push(out);
+            }
+        }
+        if !cfg.latency {
+            continue;
+        }
+        for (i, &k) in idles.iter().enumerate() {
+            progress(k.label());
+            let t = Instant::now();
+            match idle_wakeup(k, &cfg, pacing) {
+                Ok(s) => idle_res[i].push(percentiles(s)),
+                Err(e) => errors.push(format!("{}: {e}", k.label())),
+            }
+            eprintln!("  idle {}: {:.2} s", k.label(), t.elapsed().as_secs_f64());
+        }
+        for (i, &k) in pps.iter().enumerate() {
+            progress(k.label());
+            let t = Instant::now();
+            match ping_pong(k, &cfg) {
+                Ok(s) => pp_res[i].push(percentiles(s)),
+                Err(e) => errors.push(format!("{}: {e}", k.label())),
+            }
+            eprintln!(
+                "  ping-pong {}: {:.2} s",
+                k.label(),
+                t.elapsed().as_secs_f64()
+            );
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let (load_end, load_end_s) = load1();
+
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "libeventq side-by-side benchmark{}",
+        if cfg.smoke {
+            " (SMOKE: tiny counts, figures meaningless)"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(o, "machine: {}", machine());
+    let _ = writeln!(
+        o,
+        "build: {}; {} messages per configuration (10% warm-up excluded), capacity {CAPACITY}, median of {} run(s); {:.0} s",
+        if cfg!(debug_assertions) { "DEBUG (figures not representative)" } else { "release" },
+        cfg.msgs,
+        cfg.reps,
+        elapsed
+    );
+    let _ = writeln!(o, "loadavg at start: {load_start_s}; at end: {load_end_s}");
+    if !(load_start < 1.0 && load_end < 1.0) {
+        let _ = writeln!(
+            o,
+            "WARNING: 1-minute load was not below 1.0: other work shared the CPUs; figures are not from a quiet machine"
+        );
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "M msg/s and ns/msg: all producers together, timed window. rings/msg: receive-doorbell writes \
+         per message sent (libeventq: stats recv_doorbell_rings/sent; semaphore queue: eventfd writes; \
+         pipe: write calls). wakes/msg: consumer epoll_wait returns (Loop: run_once calls) per message. \
+         ctxsw/msg: process context switches per message. allocs/msg: heap allocations per message in \
+         the timed window, worst run. eq/peer: the reference row's (ref) rate over this row's."
+    );
+    for (gi, &(topo, size)) in groups.iter().enumerate() {
+        if results[gi].iter().all(Vec::is_empty) {
+            continue;
+        }
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "== {}, {} messages ==",
+            topo.name(),
+            if size == 8 {
+                "8-byte".to_string()
+            } else {
+                format!("{size}-byte")
+            }
+        );
+        let _ = writeln!(
+            o,
+            "{:<52} {:>8} {:>8} {:>13} {:>9} {:>9} {:>9} {:>10} {:>7}  notes",
+            "peer",
+            "M msg/s",
+            "ns/msg",
+            "min-max M/s",
+            "rings/msg",
+            "wakes/msg",
+            "ctxsw/msg",
+            "allocs/msg",
+            "eq/peer"
+        );
+        let reference = median(results[gi][0].iter().map(|r| r.rate).collect());
+        for (pi, &peer) in PEERS.iter().enumerate() {
+            let runs = &results[gi][pi];
+            if runs.is_empty() {
+                continue;
+            }
+            let rate = median(runs.iter().map(|r| r.rate).collect());
+            let lo = runs.iter().map(|r| r.rate).fold(f64::INFINITY, f64::min);
+            let hi = runs.iter().map(|r| r.rate).fold(0.0, f64::max);
+            let allocs = runs.iter().map(|r| r.allocs).fold(0.0, f64::max);
+            let mut notes = String::new();
+            if let Some((sent, intact, reads)) = runs.last().and_then(|r| r.loss) {
+                let _ = write!(
+                    notes,
+                    "last run: {} of {sent} lost ({intact} intact; {reads} reads)",
+                    sent - intact
+                );
+            }
+            if runs.iter().any(|r| r.error.is_some()) {
+                notes.push_str(" DELIVERY FAILED");
+            }
+            let _ = writeln!(
+                o,
+                "{:<52} {:>8.2} {:>8.1} {:>13} {:>9} {:>9} {:>9.4} {:>10.5} {:>7}  {notes}",
+                peer.label(size),
+                rate / 1e6,
+                1e9 / rate,
+                format!("{:.2}-{:.2}", lo / 1e6, hi / 1e6),
+                fmt_opt(median_opt(runs.iter().map(|r| r.rings)), 4),
+                fmt_opt(median_opt(runs.iter().map(|r| r.wakes)), 4),
+                median(runs.iter().map(|r| r.ctxsw).collect()),
+                allocs,
+                if pi == 0 {
+                    "1.00".into()
+                } else {
+                    format!("{:.2}", reference / rate)
+                },
+            );
+        }
+    }
+
+    let lat_table = |o: &mut String, title: &str, labels: Vec<&str>, res: &[Vec<(f64, f64)>]| {
+        if res.iter().all(Vec::is_empty) {
+            return;
+        }
+        let _ = writeln!(o);
+        let _ = writeln!(o, "{title}");
+        let _ = writeln!(
+            o,
+            "{:<52} {:>9} {:>9} {:>9}",
+            "path", "p50 us", "p99 us", "p50/ref"
+        );
+        let ref50 = median(res[0].iter().map(|r| r.0).collect());
+        for (label, r) in labels.iter().zip(res) {
+            if r.is_empty() {
+                continue;
+            }
+            let p50 = median(r.iter().map(|r| r.0).collect());
+            let p99 = median(r.iter().map(|r| r.1).collect());
+            let _ = writeln!(
+                o,
+                "{:<48} {:>9.2} {:>9.2} {:>9.2}",
+                label,
+                p50 / 1e3,
+                p99 / 1e3,
+                p50 / ref50
+            );
+        }
+    };
+    lat_table(
+        &mut o,
+        &format!(
+            "== idle wake-up latency ({} samples per run, median over runs; paced by {}) ==",
+            cfg.lat_iters,
+            if pacing == Pacing::Proc {
+                "ack + consumer asleep in epoll_wait per /proc"
+            } else {
+                "ack + 200 us pause"
+            }
+        ),
+        idles.iter().map(|k| k.label()).collect(),
+        &idle_res,
+    );
+    lat_table(
+        &mut o,
+        &format!(
+            "== ping-pong round trip ({} samples per run, median over runs) ==",
+            cfg.lat_iters
+        ),
+        pps.iter().map(|k| k.label()).collect(),
+        &pp_res,
+    );
+
+    // The issue's targets, as ratios from the medians above (reported, never
+    // asserted).
+    let rate_of = |topo: Topo, size: usize, peer: Peer| -> Option<f64> {
+        let gi = groups.iter().position(|&g| g == (topo, size))?;
+        let pi = PEERS.iter().position(|&p| p == peer)?;
+        let runs = &results[gi][pi];
+        (!runs.is_empty()).then(|| median(runs.iter().map(|r| r.rate).collect()))
+    };
+    let _ = writeln!(o);
+    if cfg.smoke {
+        let _ = writeln!(o, "== issue 5 targets: not evaluated in smoke mode ==");
+    } else {
+        let _ = writeln!(o, "== issue 5 targets (ratios of the medians above) ==");
+    }
+    let mut target = |what: String, eq: Peer, topo: Topo, size: usize, peer: Peer, want: f64| {
+        if cfg.smoke {
+            return;
+        }
+        if let (Some(a), Some(b)) = (rate_of(topo, size, eq), rate_of(topo, size, peer)) {
+            let r = a / b;
+            let _ = writeln!(
+                o,
+                "{what:<62} {r:>6.2}x  target >= {want}x  {}",
+                if r >= want { "met" } else { "MISSED" }
+            );
+        }
+    };
+    let one = Topo { p: 1, c: 1 };
+    let four_one = Topo { p: 4, c: 1 };
+    for eq in [Peer::EqRecvInto, Peer::EqBatch] {
+        let name = if eq == Peer::EqRecvInto {
+            "recv_into"
+        } else {
+            "recv_batch"
+        };
+        target(
+            format!("1P1C 8 B: eventq ({name}) / crossbeam"),
+            eq,
+            one,
+            8,
+            Peer::Crossbeam,
+            1.0,
+        );
+        target(
+            format!("1P1C 8 B: eventq ({name}) / semaphore queue"),
+            eq,
+            one,
+            8,
+            Peer::SemQueue,
+            15.0,
+        );
+        target(
+            format!("4P1C 8 B: eventq ({name}) / crossbeam"),
+            eq,
+            four_one,
+            8,
+            Peer::Crossbeam,
+            0.8,
+        );
+        for &t in &topos {
+            target(
+                format!("{} 1 KiB: eventq ({name}) / crossbeam Vec<u8>", t.name()),
+                eq,
+                t,
+                1024,
+                Peer::Crossbeam,
+                1.5,
+            );
+        }
+    }
+    if !cfg.smoke && idle_res[0].len() == idle_res[1].len() && !idle_res[0].is_empty() {
+        let raw = median(idle_res[0].iter().map(|r| r.0).collect());
+        let eq = median(idle_res[1].iter().map(|r| r.0).collect());
+        let r = eq / raw;
+        let _ = writeln!(
+            o,
+            "{:<62} {r:>6.2}x  target <= 1.2x  {}",
+            "idle wake-up p50: eventq (epoll + recv_into) / raw eventfd",
+            if r <= 1.2 { "met" } else { "MISSED" }
+        );
+    }
+
+    print!("{o}");
+    let libeventq_allocs = results
+        .iter()
+        .flat_map(|g| PEERS.iter().zip(g))
+        .filter(|(p, _)| p.is_eventq())
+        .flat_map(|(_, runs)| runs.iter().map(|r| r.allocs))
+        .fold(0.0, f64::max);
+    println!(
+        "\nlibeventq allocations per message, worst run of any libeventq row: {libeventq_allocs:.6}"
+    );
+    if errors.is_empty() {
+        println!("delivery: every configuration delivered every message exactly once, whole and in order (bare eventfd excepted: its losses are reported above)");
+    } else {
+        println!("\nDELIVERY FAILURES:");
+        for e in &errors {
+            println!("  {e}");
+        }
+        std::process::exit(1);
+    }
+}
