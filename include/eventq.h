@@ -108,6 +108,75 @@
 #define EVENTQ_POST_CAPACITY 4096
 
 /**
+ * `eventq_memcg_dir` version: the cgroup v1 `memory` hierarchy.
+ */
+#define EVENTQ_MEMCG_V1 1
+
+/**
+ * `eventq_memcg_dir` version: cgroup2.
+ */
+#define EVENTQ_MEMCG_V2 2
+
+/**
+ * memory.pressure_level levels (`eventq_loop_add_memcg_pressure_level`).
+ */
+#define EVENTQ_MEMCG_LOW 0
+
+#define EVENTQ_MEMCG_MEDIUM 1
+
+#define EVENTQ_MEMCG_CRITICAL 2
+
+/**
+ * memory.pressure_level modes: DEFAULT notifies for this level and above,
+ * also for descendants unless one of theirs took it; HIERARCHY always also
+ * for descendants; LOCAL only for this cgroup's own reclaim.
+ */
+#define EVENTQ_MEMCG_MODE_DEFAULT 0
+
+#define EVENTQ_MEMCG_MODE_HIERARCHY 1
+
+#define EVENTQ_MEMCG_MODE_LOCAL 2
+
+/**
+ * PSI trigger kinds: SOME (at least one task stalled) and FULL (all
+ * non-idle tasks stalled at once).
+ */
+#define EVENTQ_MEMCG_PSI_SOME 0
+
+#define EVENTQ_MEMCG_PSI_FULL 1
+
+/**
+ * Event kinds (`eventq_memcg_event.kind`).
+ * memory.usage_in_bytes crossed the threshold (count times; up or down).
+ */
+#define EVENTQ_MEMCG_THRESHOLD 1
+
+/**
+ * The cgroup hit its limit (count times): memory.oom_control.
+ */
+#define EVENTQ_MEMCG_OOM 2
+
+/**
+ * memory.pressure_level notified (count times).
+ */
+#define EVENTQ_MEMCG_PRESSURE 3
+
+/**
+ * A PSI trigger fired (once per wake-up).
+ */
+#define EVENTQ_MEMCG_PSI 4
+
+/**
+ * Counters of a flat-keyed file (memory.events) changed: see deltas.
+ */
+#define EVENTQ_MEMCG_CHANGED 5
+
+/**
+ * The cgroup was removed; the source is disabled after this call.
+ */
+#define EVENTQ_MEMCG_REMOVED 6
+
+/**
  * A channel handle. Each handle is freed once with `eventq_chan_free`; the
  * channel lives until its last handle is freed.
  */
@@ -117,6 +186,13 @@ typedef struct eventq_chan eventq_chan;
  * An event loop. Free with `eventq_loop_free`.
  */
 typedef struct eventq_loop eventq_loop;
+
+/**
+ * A memory cgroup: its cgroup v1 `memory` directory, its cgroup2
+ * directory, or both (hybrid systems). Immutable; free with
+ * `eventq_memcg_free`.
+ */
+typedef struct eventq_memcg eventq_memcg;
 
 /**
  * A received message owned by the caller; free it with `eventq_msg_free`.
@@ -258,6 +334,94 @@ typedef int (*eventq_chan_fn)(struct eventq_source *src,
  * A signal source's signal arrived. Return as for eventq_fd_fn.
  */
 typedef int (*eventq_signal_fn)(struct eventq_source *src, int signo, void *userdata);
+
+/**
+ * A counter that changed (EVENTQ_MEMCG_CHANGED).
+ */
+typedef struct eventq_memcg_delta {
+  /**
+   * The counter's name, e.g. "oom_kill" (valid during the call).
+   */
+  const char *name;
+  /**
+   * Its new value.
+   */
+  uint64_t value;
+  /**
+   * Its change since the previous read (a new counter counts from 0).
+   */
+  int64_t delta;
+} eventq_memcg_delta;
+
+/**
+ * What a memory source reports; valid during the callback only. Fields
+ * that do not apply to `kind` are 0 / NULL.
+ */
+typedef struct eventq_memcg_event {
+  /**
+   * EVENTQ_MEMCG_THRESHOLD, _OOM, _PRESSURE, _PSI, _CHANGED or _REMOVED.
+   */
+  uint32_t kind;
+  /**
+   * cgroup v1 sources: the kernel's notifications since the last call
+   * (the eventfd counter: none is merged away). PSI: 1. REMOVED of a v1
+   * source: the last counter read, which includes the kernel's own
+   * removal signal when it came already.
+   */
+  uint64_t count;
+  /**
+   * THRESHOLD: the registered threshold in bytes.
+   */
+  uint64_t threshold;
+  /**
+   * THRESHOLD: memory.usage_in_bytes read just after the wake-up (above
+   * or below the threshold tells the direction of the last crossing).
+   */
+  uint64_t usage;
+  /**
+   * OOM: memory.oom_control's under_oom, read just after.
+   */
+  bool under_oom;
+  /**
+   * OOM: memory.oom_control's oom_kill counter, read just after.
+   */
+  uint64_t oom_kill;
+  /**
+   * PRESSURE: the registered EVENTQ_MEMCG_LOW/_MEDIUM/_CRITICAL.
+   */
+  uint32_t level;
+  /**
+   * PRESSURE: the registered EVENTQ_MEMCG_MODE_*.
+   */
+  uint32_t mode;
+  /**
+   * PSI: EVENTQ_MEMCG_PSI_SOME or _FULL, and the trigger's stall and
+   * window in microseconds.
+   */
+  uint32_t psi_kind;
+  uint64_t psi_stall_us;
+  uint64_t psi_window_us;
+  /**
+   * What the source watches: the control file and its arguments, e.g.
+   * "/sys/fs/cgroup/memory/x/memory.usage_in_bytes:16777216" or
+   * "/proc/pressure/memory:some 150000 2000000". Never NULL.
+   */
+  const char *spec;
+  /**
+   * CHANGED: the counters that changed, in the file's order.
+   */
+  const struct eventq_memcg_delta *deltas;
+  size_t ndeltas;
+} eventq_memcg_event;
+
+/**
+ * A memory source's callback: one call per wake-up, with its event.
+ * Return 0, or a negative errno to disable the source (see
+ * `eventq_source_error`).
+ */
+typedef int (*eventq_memcg_fn)(struct eventq_source *src,
+                               const struct eventq_memcg_event *ev,
+                               void *userdata);
 
 #ifdef __cplusplus
 extern "C" {
@@ -719,6 +883,190 @@ int eventq_source_set_budget(const struct eventq_source *src, size_t budget);
  * Thread safety: any thread; from any callback of the loop.
  */
 int eventq_source_error(const struct eventq_source *src);
+
+/**
+ * The calling process's memory cgroup, from /proc/self/cgroup and the
+ * mounts: its cgroup v1 `memory` directory if that hierarchy is mounted,
+ * its cgroup2 directory if cgroup2 is mounted (both on a hybrid system).
+ * Writes a handle to `*out`.
+ *
+ * Returns 0; -EINVAL for NULL out; -ENODEV if neither the v1 memory
+ * controller nor cgroup2 is mounted (or the kernel has no cgroups);
+ * -ENOENT if the cgroup's directory does not exist; -EACCES if /proc
+ * cannot be read.
+ *
+ * Thread safety: any thread.
+ */
+int eventq_memcg_own(struct eventq_memcg **out);
+
+/**
+ * The cgroup at directory `path`: a directory of the cgroup v1 `memory`
+ * hierarchy (it has memory.usage_in_bytes) or a cgroup2 directory (it has
+ * cgroup.controllers). Writes a handle to `*out`.
+ *
+ * Returns 0; -EINVAL for NULL path or out; -ENOENT if `path` does not
+ * exist or is not a cgroup directory; -ENODEV if it is a cgroup v1
+ * directory of another controller (no memory controller there); -EACCES
+ * if it cannot be examined.
+ *
+ * Thread safety: any thread.
+ */
+int eventq_memcg_open(const char *path, struct eventq_memcg **out);
+
+/**
+ * Frees a cgroup handle (sources made with it do not need it). NULL is a
+ * no-op.
+ *
+ * Thread safety: not while other threads use the handle.
+ */
+void eventq_memcg_free(struct eventq_memcg *cg);
+
+/**
+ * Writes the cgroup's directory for `version` (EVENTQ_MEMCG_V1 or _V2),
+ * NUL-terminated, into `buf` of `len` bytes, and returns its length
+ * (without the NUL). With buf NULL and len 0 it only returns the length.
+ *
+ * Returns the length; -EINVAL for NULL cg, an unknown version, or NULL buf
+ * with len > 0; -ENODEV if the cgroup has no directory for that version;
+ * -EMSGSIZE if `len` is not more than the length (nothing written).
+ *
+ * Thread safety: any thread.
+ */
+int eventq_memcg_dir(const struct eventq_memcg *cg, uint32_t version, char *buf, size_t len);
+
+/**
+ * What a code returned by an eventq_memcg_* or eventq_loop_add_memcg_*
+ * call means there (negative or positive). Static storage, never NULL;
+ * codes without a memcg-specific meaning get eventq_strerror's text.
+ *
+ * Thread safety: any thread.
+ */
+const char *eventq_memcg_strerror(int code);
+
+/**
+ * Calls back each time the cgroup's memory usage (memory.usage_in_bytes)
+ * crosses `bytes`, up or down: kubelet's eviction threshold notifier
+ * (cgroup v1: an eventfd registered through cgroup.event_control). The
+ * event's count is the number of crossings since the last call, and usage
+ * the usage read just after. When the cgroup is removed the callback gets
+ * EVENTQ_MEMCG_REMOVED once and the source is disabled.
+ *
+ * The source is an fd source: ownership of userdata, `out`, removal and
+ * callbacks as for `eventq_loop_add_fd` (destroy(userdata) runs exactly
+ * once, also if this call fails, before it returns).
+ *
+ * Returns 0; -EINVAL for a NULL loop, cg or cb; -ENODEV if the cgroup has
+ * no cgroup v1 memory directory (cgroup2 only: use PSI or memory.events)
+ * or the kernel lacks cgroup.event_control; -ENOENT if the cgroup was
+ * removed; -EACCES/-EPERM if cgroup.event_control cannot be written;
+ * -EMFILE/-ENFILE.
+ *
+ * Thread safety: any thread.
+ */
+int eventq_loop_add_memcg_threshold(const struct eventq_loop *lp,
+                                    const struct eventq_memcg *cg,
+                                    uint64_t bytes,
+                                    eventq_memcg_fn cb,
+                                    void *userdata,
+                                    eventq_destroy_fn destroy,
+                                    struct eventq_source **out);
+
+/**
+ * Calls back each time the cgroup hits its memory limit and the kernel's
+ * OOM handling runs (cgroup v1 memory.oom_control), with the count since
+ * the last call and memory.oom_control's under_oom and oom_kill. Removal,
+ * ownership and callbacks as for `eventq_loop_add_memcg_threshold`.
+ *
+ * Returns 0; -EINVAL for a NULL loop, cg or cb; -ENODEV if the cgroup has
+ * no cgroup v1 memory directory; -ENOENT if it was removed; -EACCES/-EPERM
+ * if cgroup.event_control cannot be written; -EMFILE/-ENFILE.
+ *
+ * Thread safety: any thread.
+ */
+int eventq_loop_add_memcg_oom(const struct eventq_loop *lp,
+                              const struct eventq_memcg *cg,
+                              eventq_memcg_fn cb,
+                              void *userdata,
+                              eventq_destroy_fn destroy,
+                              struct eventq_source **out);
+
+/**
+ * Calls back on memory.pressure_level notifications (cgroup v1 vmpressure)
+ * for `level` (EVENTQ_MEMCG_LOW, _MEDIUM, _CRITICAL) in `mode`
+ * (EVENTQ_MEMCG_MODE_DEFAULT, _HIERARCHY, _LOCAL), with the count since the
+ * last call. Removal, ownership and callbacks as for
+ * `eventq_loop_add_memcg_threshold`.
+ *
+ * Returns 0; -EINVAL for a NULL loop, cg or cb, or an unknown level or
+ * mode; -ENODEV if the cgroup has no cgroup v1 memory directory or the
+ * kernel has no memory.pressure_level; -ENOENT if the cgroup was removed;
+ * -EACCES/-EPERM if cgroup.event_control cannot be written.
+ *
+ * Thread safety: any thread.
+ */
+int eventq_loop_add_memcg_pressure_level(const struct eventq_loop *lp,
+                                         const struct eventq_memcg *cg,
+                                         uint32_t level,
+                                         uint32_t mode,
+                                         eventq_memcg_fn cb,
+                                         void *userdata,
+                                         eventq_destroy_fn destroy,
+                                         struct eventq_source **out);
+
+/**
+ * Calls back each time a PSI trigger fires: "some" (EVENTQ_MEMCG_PSI_SOME)
+ * or "full" (_FULL) memory stall of at least stall_us within any window_us
+ * (500000..10000000), on the cgroup's cgroup2 memory.pressure, or
+ * system-wide (/proc/pressure/memory) when cg is NULL. One call per POLLPRI
+ * wake-up (the kernel fires a trigger at most once per window). When the
+ * cgroup is removed (POLLERR) the callback gets EVENTQ_MEMCG_REMOVED once
+ * and the source is disabled. Ownership, `out` and callbacks as for
+ * `eventq_loop_add_fd`.
+ *
+ * Returns 0; -EINVAL for a NULL loop or cb, an unknown kind, a window
+ * outside 500 ms..10 s, or a stall of 0 or longer than the window; -EPERM
+ * for a window that is not a multiple of 2 s without CAP_SYS_RESOURCE (the
+ * kernel's rule for unprivileged triggers); -EOPNOTSUPP if the kernel has
+ * no PSI or per-cgroup PSI is disabled; -ENODEV if cg has no cgroup2
+ * directory; -ENOENT if the cgroup was removed; -EACCES if the pressure
+ * file cannot be opened for writing.
+ *
+ * Thread safety: any thread.
+ */
+int eventq_loop_add_memcg_psi(const struct eventq_loop *lp,
+                              const struct eventq_memcg *cg,
+                              uint32_t kind,
+                              uint64_t stall_us,
+                              uint64_t window_us,
+                              eventq_memcg_fn cb,
+                              void *userdata,
+                              eventq_destroy_fn destroy,
+                              struct eventq_source **out);
+
+/**
+ * Calls back when the counters of a flat-keyed cgroup2 file change: `file`
+ * is "memory.events" when NULL (low, high, max, oom, oom_kill, ...), or any
+ * file the kernel notifies on ("memory.events.local", "memory.swap.events",
+ * "cgroup.events"). The file is re-read on each POLLPRI wake-up and the
+ * counters that changed are passed as deltas (EVENTQ_MEMCG_CHANGED). When
+ * the cgroup is removed the callback gets EVENTQ_MEMCG_REMOVED once and
+ * the source is disabled. Ownership, `out` and callbacks as for
+ * `eventq_loop_add_fd`.
+ *
+ * Returns 0; -EINVAL for a NULL loop, cg or cb, or a file name with '/';
+ * -ENODEV if cg has no cgroup2 directory or the file does not exist there
+ * (for memory.*: the memory controller is not enabled for the cgroup);
+ * -ENOENT if the cgroup was removed; -EACCES if the file cannot be read.
+ *
+ * Thread safety: any thread.
+ */
+int eventq_loop_add_memcg_events(const struct eventq_loop *lp,
+                                 const struct eventq_memcg *cg,
+                                 const char *file,
+                                 eventq_memcg_fn cb,
+                                 void *userdata,
+                                 eventq_destroy_fn destroy,
+                                 struct eventq_source **out);
 
 #ifdef __cplusplus
 }  // extern "C"

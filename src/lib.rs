@@ -18,6 +18,7 @@ pub mod error;
 #[path = "loop.rs"]
 pub mod event_loop;
 pub mod ffi;
+pub mod memcg;
 mod sync;
 pub mod sys;
 

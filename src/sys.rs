@@ -286,3 +286,19 @@ impl AsRawFd for SignalFd {
         self.0.as_raw_fd()
     }
 }
+
+/// A new inotify instance, `IN_CLOEXEC | IN_NONBLOCK`.
+pub fn inotify_new() -> io::Result<OwnedFd> {
+    let fd = syscall!(inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK))?;
+    // SAFETY: inotify_init1 just returned this fd and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds a watch of `path` for the events in `mask` to inotify instance
+/// `fd`; returns the watch descriptor.
+pub fn inotify_watch(fd: RawFd, path: &std::path::Path, mask: u32) -> io::Result<i32> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    syscall!(inotify_add_watch(fd, path.as_ptr(), mask))
+}

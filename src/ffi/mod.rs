@@ -21,6 +21,7 @@ use crate::error::Error;
 pub mod chan;
 #[path = "loop.rs"]
 pub mod event_loop;
+pub mod memcg;
 
 /// Runs an export's body, turning a panic into `$on_panic` so no unwind
 /// crosses the ABI. `return` inside the body returns from the export.
