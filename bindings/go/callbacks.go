@@ -64,3 +64,13 @@ func eqGoDestroy(h C.uintptr_t) {
 		s.onDestroy()
 	}
 }
+
+// eqGoMemcg is the callback of every memory source (memcg.go): the event
+// is copied into Go memory, then the source's MemcgFunc runs.
+//
+//export eqGoMemcg
+func eqGoMemcg(src *C.eventq_source, ev *C.eventq_memcg_event, h C.uintptr_t) C.int {
+	s := cgo.Handle(h).Value().(*Source)
+	e := memcgEventOf(ev)
+	return s.call(src, func() error { return s.memcgCall(e) })
+}
