@@ -174,18 +174,21 @@ int main(int argc, char **argv)
                " bytes, OOM, pressure critical, PSI some %" PRIu64 "us/2s system-wide\n",
                argv[1], bytes, stall_us);
     } else {
-        if (added(&w,
-                  eventq_loop_add_memcg_psi(w.lp, cg, EVENTQ_MEMCG_PSI_SOME, stall_us, 2000000,
-                                            on_event, &w, NULL, NULL),
-                  "PSI", 0) ||
-            added(&w, eventq_loop_add_memcg_events(w.lp, cg, NULL, on_event, &w, NULL, NULL),
-                  "memory.events", 0))
-            return 1;
+        added(&w,
+              eventq_loop_add_memcg_psi(w.lp, cg, EVENTQ_MEMCG_PSI_SOME, stall_us, 2000000,
+                                        on_event, &w, NULL, NULL),
+              "PSI", 0);
+        int psi = w.sources;
+        added(&w, eventq_loop_add_memcg_events(w.lp, cg, NULL, on_event, &w, NULL, NULL),
+              "memory.events", 0);
         if (w.sources == 0)
             return 1;
-        printf("memwatch: %s (cgroup2): PSI some %" PRIu64
-               "us/2s, memory.events (byte thresholds need cgroup v1: %" PRIu64 " ignored)\n",
-               argv[1], stall_us, bytes);
+        printf("memwatch: %s (cgroup2):", argv[1]);
+        if (psi)
+            printf(" PSI some %" PRIu64 "us/2s", stall_us);
+        if (w.sources > psi)
+            printf(" memory.events");
+        printf(" (byte thresholds need cgroup v1: %" PRIu64 " ignored)\n", bytes);
     }
     fflush(stdout);
     rc = eventq_loop_run(w.lp);

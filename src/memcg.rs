@@ -1096,6 +1096,12 @@ impl Loop {
             let Event::Fd(revents) = ev else {
                 return Ok(());
             };
+            if watch.is_removed() {
+                // Re-enabled after its removal: the fd of a PSI or counters
+                // watch stays ready, so disable it again rather than spin.
+                let _ = lp.set_enabled(id, false);
+                return Ok(());
+            }
             let Some(mev) = watch.read(revents)? else {
                 return Ok(());
             };

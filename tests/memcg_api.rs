@@ -302,14 +302,19 @@ fn removing_the_cgroup_ends_every_source_once() {
     };
     let mut dirs = Vec::new();
     let mut want = Vec::new();
+    let mut ids = Vec::new();
     match own.v1_dir().map(TempCgroup::new) {
         Some(Ok(child)) => {
             let cg = Cgroup::at(&child.0).unwrap();
-            lp.add_memory_threshold(&cg, 1 << 30, rec("threshold"))
-                .unwrap();
-            lp.add_oom(&cg, rec("oom")).unwrap();
-            lp.add_pressure_level(&cg, Level::Critical, Mode::Local, rec("pressure"))
-                .unwrap();
+            ids.push(
+                lp.add_memory_threshold(&cg, 1 << 30, rec("threshold"))
+                    .unwrap(),
+            );
+            ids.push(lp.add_oom(&cg, rec("oom")).unwrap());
+            ids.push(
+                lp.add_pressure_level(&cg, Level::Critical, Mode::Local, rec("pressure"))
+                    .unwrap(),
+            );
             want.extend(["oom", "pressure", "threshold"]);
             dirs.push(child);
         }
@@ -321,14 +326,19 @@ fn removing_the_cgroup_ends_every_source_once() {
             let cg = Cgroup::at(&child.0).unwrap();
             let trig = PsiTrigger::some(Duration::from_millis(100), Duration::from_secs(2));
             match lp.add_psi_trigger(Some(&cg), trig, rec("psi")) {
-                Ok(_) => want.push("psi"),
+                Ok(id) => {
+                    want.push("psi");
+                    ids.push(id);
+                }
                 Err(e) => say(&format!("PSI part skipped: {e}")),
             }
-            lp.add_watch(
-                Watch::counters(&cg, "cgroup.events").unwrap(),
-                rec("events"),
-            )
-            .unwrap();
+            ids.push(
+                lp.add_watch(
+                    Watch::counters(&cg, "cgroup.events").unwrap(),
+                    rec("events"),
+                )
+                .unwrap(),
+            );
             want.push("events");
             dirs.push(child);
         }
@@ -354,6 +364,16 @@ fn removing_the_cgroup_ends_every_source_once() {
     got.sort_unstable();
     assert_eq!(got, want, "each source reports the removal exactly once");
     assert!(others.lock().is_empty(), "{:?}", others.lock());
+
+    // Re-enabled after the removal, a source disables itself again at its
+    // next wake-up instead of making the loop spin on a ready fd.
+    for id in &ids {
+        lp.set_enabled(*id, true).unwrap();
+    }
+    lp.run_once(Some(Duration::ZERO)).unwrap();
+    let again = lp.run_once(Some(Duration::ZERO)).unwrap();
+    assert_eq!(again, 0, "a removed source keeps the loop busy");
+    assert_eq!(removed.lock().len(), want.len(), "a second removal event");
 }
 
 /// A removed source unregisters: its fds are closed, and nothing of it

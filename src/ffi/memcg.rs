@@ -156,6 +156,12 @@ impl Ctx {
             deltas,
             user,
         } = self;
+        if watch.is_removed() {
+            // Re-enabled after its removal: the fd of a PSI or counters
+            // watch stays ready, so disable it again rather than spin.
+            eventq_source_set_enabled(src, 0);
+            return 0;
+        }
         let ev = match watch.read(revents) {
             Ok(Some(ev)) => ev,
             Ok(None) => return 0,

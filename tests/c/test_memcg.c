@@ -418,6 +418,7 @@ static void test_v1_real(void)
                                                    NULL),
               0);
     int psi = 0;
+    eventq_source *ev_src = NULL;
     if (v2_dir[0] && make_child(v2_dir, v2child, sizeof v2child) == 0) {
         REQUIRE("open v2 child", eventq_memcg_open(v2child, &cg2) == 0);
         rc = eventq_loop_add_memcg_psi(lp, cg2, EVENTQ_MEMCG_PSI_SOME, 1, 2000000, rec_cb, &r2,
@@ -427,7 +428,8 @@ static void test_v1_real(void)
         else
             skip("PSI trigger", eventq_memcg_strerror(rc));
         CHECK_INT("add cgroup.events",
-                  eventq_loop_add_memcg_events(lp, cg2, "cgroup.events", rec_cb, &r2, NULL, NULL),
+                  eventq_loop_add_memcg_events(lp, cg2, "cgroup.events", rec_cb, &r2, NULL,
+                                               &ev_src),
                   0);
         rc = eventq_loop_add_memcg_events(lp, cg2, NULL, rec_cb, &r2, NULL, NULL);
         snprintf(buf, sizeof buf, "%s/memory.events", v2child);
@@ -506,6 +508,15 @@ static void test_v1_real(void)
     CHECK_INT("cgroup2 removals", r2.removed, v2child[0] ? 1 + psi : 0);
     CHECK_U64("still one OOM", r.ooms, 1);
     CHECK_INT("threshold source disabled, not failed", eventq_source_error(th), 0);
+    if (ev_src) {
+        /* Re-enabled after its removal, a source whose fd stays ready
+         * disables itself again instead of making the loop spin. */
+        CHECK_INT("re-enable a removed source", eventq_source_set_enabled(ev_src, 1), 0);
+        eventq_loop_run_once(lp, 0);
+        CHECK_INT("then the loop is idle", eventq_loop_run_once(lp, 0), 0);
+        CHECK_INT("no second removal", r2.removed, 1 + psi);
+        eventq_source_free(ev_src);
+    }
     printf("# v1: %llu crossings, %llu OOM, %llu pressure; cgroup2: %llu PSI\n",
            (unsigned long long)r.crossings, (unsigned long long)r.ooms,
            (unsigned long long)r.pressure, (unsigned long long)r2.psi);

@@ -132,24 +132,27 @@ func run(dir string, bytes uint64, stall time.Duration) error {
 		if _, err := lp.AddPSITrigger(nil, psi, onEvent); err != nil {
 			fmt.Fprintf(os.Stderr, "memwatch: %v\n", err)
 		}
-		fmt.Printf("memwatch: %s (cgroup v1): threshold %d bytes, OOM, pressure critical, PSI %v system-wide\n",
-			dir, bytes, psi)
+		fmt.Printf("memwatch: %s (cgroup v1): threshold %d bytes, OOM, pressure critical, PSI some %dus/2s system-wide\n",
+			dir, bytes, stall.Microseconds())
 	} else {
+		var what []string
 		if _, err := lp.AddPSITrigger(cg, psi, onEvent); err != nil {
 			fmt.Fprintf(os.Stderr, "memwatch: %v\n", err)
 		} else {
 			live++
+			what = append(what, fmt.Sprintf("PSI some %dus/2s", stall.Microseconds()))
 		}
 		if _, err := lp.AddMemoryEvents(cg, onEvent); err != nil {
 			fmt.Fprintf(os.Stderr, "memwatch: %v\n", err)
 		} else {
 			live++
+			what = append(what, "memory.events")
 		}
 		if live == 0 {
 			return fmt.Errorf("%s: nothing to watch", dir)
 		}
-		fmt.Printf("memwatch: %s (cgroup2): PSI %v, memory.events (byte thresholds need cgroup v1: %d ignored)\n",
-			dir, psi, bytes)
+		fmt.Printf("memwatch: %s (cgroup2): %s (byte thresholds need cgroup v1: %d ignored)\n",
+			dir, strings.Join(what, ", "), bytes)
 	}
 	return lp.Run()
 }
