@@ -30,7 +30,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::{self, ThreadId};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
@@ -369,8 +369,19 @@ impl Loop {
                 return Err(SIGNAL_TAKEN);
             }
         }
-        let id = tab.vacant_id();
         let fd = entry.fd(&self.inner);
+        // A disabled source is out of the epoll set, so epoll alone would
+        // accept a second source for its fd, and re-enabling the first
+        // would then fail: the table is the authority.
+        if tab
+            .slots
+            .iter()
+            .filter_map(|s| s.entry.as_ref())
+            .any(|e| e.fd(&self.inner) == fd)
+        {
+            return Err(Error::Os(std::io::Error::from_raw_os_error(libc::EEXIST)));
+        }
+        let id = tab.vacant_id();
         self.inner.epoll.add(fd, entry.events, id.key)?;
         entry.callback = make(id);
         Ok(tab.insert(entry))
@@ -477,9 +488,14 @@ impl Loop {
         if self.inner.table.lock().has_signal(signo) {
             return Err(SIGNAL_TAKEN);
         }
-        let sfd = SignalFd::new(signo)?;
+        let (sfd, blocked_here) = SignalFd::new(signo)?;
         let entry = self.entry(Kind::Signal { sfd, signo }, events::IN, None);
-        self.add_entry(entry, |id| Some(make(id)))
+        let res = self.add_entry(entry, |id| Some(make(id)));
+        if res.is_err() && blocked_here {
+            // A failed add leaves the caller's signal mask as it found it.
+            crate::sys::unblock_signal(signo);
+        }
+        res
     }
 
     /// Removes a source. Once this returns its callback never runs again,
@@ -632,7 +648,20 @@ impl Loop {
 
     fn iterate(&self, timeout: Option<Duration>) -> Result<usize> {
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; BATCH];
-        let n = self.inner.epoll.wait(&mut events, timeout)?;
+        // A signal interrupting the wait is not an event: wait again for
+        // what is left of the timeout, so EINTR never ends an iteration.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let n = loop {
+            let left = match (timeout, deadline) {
+                (None, _) => None,
+                (Some(_), Some(d)) => Some(d.saturating_duration_since(Instant::now())),
+                (Some(t), None) => Some(t), // too far to represent: as good as forever
+            };
+            match self.inner.epoll.wait(&mut events, left) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                other => break other?,
+            }
+        };
         let mut calls = 0;
         let loop_tag = self.inner.table.lock().tag;
         for ev in &events[..n] {

@@ -140,8 +140,9 @@ impl Epoll {
     }
 
     /// Waits for events; `None` waits without limit. Sub-millisecond
-    /// timeouts round up so a short wait never becomes a busy poll. An
-    /// interrupted wait returns 0 events (the caller loops anyway).
+    /// timeouts round up so a short wait never becomes a busy poll. A
+    /// signal interrupting the wait gives `ErrorKind::Interrupted`: the
+    /// caller retries with what is left of its timeout.
     pub fn wait(
         &self,
         events: &mut [libc::epoll_event],
@@ -152,11 +153,7 @@ impl Epoll {
             Some(d) => d.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32,
         };
         let max = events.len().min(i32::MAX as usize) as i32;
-        match syscall!(epoll_wait(self.0.as_raw_fd(), events.as_mut_ptr(), max, ms)) {
-            Ok(n) => Ok(n as usize),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
-            Err(e) => Err(e),
-        }
+        syscall!(epoll_wait(self.0.as_raw_fd(), events.as_mut_ptr(), max, ms)).map(|n| n as usize)
     }
 }
 
@@ -244,21 +241,53 @@ impl AsRawFd for TimerFd {
 #[derive(Debug)]
 pub struct SignalFd(OwnedFd);
 
+/// A set holding just `signo`.
+fn sigset_of(signo: i32) -> io::Result<libc::sigset_t> {
+    // SAFETY: sigset_t is plain data; sigemptyset initialises it.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    syscall!(sigemptyset(&mut set))?;
+    syscall!(sigaddset(&mut set, signo))?;
+    Ok(set)
+}
+
+/// Changes the calling thread's signal mask for `signo` (`SIG_BLOCK` or
+/// `SIG_UNBLOCK`); returns whether it was blocked before.
+fn mask_signal(how: i32, signo: i32) -> io::Result<bool> {
+    let set = sigset_of(signo)?;
+    // SAFETY: sigset_t is plain data; pthread_sigmask fills it.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // pthread_sigmask returns the error number instead of setting errno.
+    // SAFETY: set is initialised and old is writable.
+    let rc = unsafe { libc::pthread_sigmask(how, &set, &mut old) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    // SAFETY: old was filled by pthread_sigmask.
+    Ok(unsafe { libc::sigismember(&old, signo) } == 1)
+}
+
+/// Unblocks `signo` in the calling thread: undoes `SignalFd::new`'s block
+/// when the source it was made for could not be added.
+pub(crate) fn unblock_signal(signo: i32) {
+    let _ = mask_signal(libc::SIG_UNBLOCK, signo);
+}
+
 impl SignalFd {
-    pub fn new(signo: i32) -> io::Result<SignalFd> {
-        // SAFETY: sigset_t is plain data; sigemptyset initialises it.
-        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-        syscall!(sigemptyset(&mut set))?;
-        syscall!(sigaddset(&mut set, signo))?;
-        // pthread_sigmask returns the error number instead of setting errno.
-        // SAFETY: set is initialised; the old mask is not wanted.
-        let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
-        if rc != 0 {
-            return Err(io::Error::from_raw_os_error(rc));
+    /// The signalfd, and whether this call blocked the signal (it was not
+    /// blocked before). If making the fd fails, the mask is restored.
+    pub fn new(signo: i32) -> io::Result<(SignalFd, bool)> {
+        let was_blocked = mask_signal(libc::SIG_BLOCK, signo)?;
+        let set = sigset_of(signo)?;
+        match syscall!(signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK)) {
+            // SAFETY: signalfd just returned this fd and nothing else owns it.
+            Ok(fd) => Ok((SignalFd(unsafe { OwnedFd::from_raw_fd(fd) }), !was_blocked)),
+            Err(e) => {
+                if !was_blocked {
+                    unblock_signal(signo);
+                }
+                Err(e)
+            }
         }
-        let fd = syscall!(signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK))?;
-        // SAFETY: signalfd just returned this fd and nothing else owns it.
-        Ok(SignalFd(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
 
     /// The number of the next pending signal, `None` if none is pending.
