@@ -160,6 +160,11 @@ run_c() {
     local dir=$OUT/$variant src name
     for src in "${C_TESTS[@]}"; do
         name=$(basename "$src" .c)
+        if skipped "$variant" "$name"; then
+            printf '  %-34s %s\n' "$name" "skipped (see SANITIZE_SKIP_* in this script)"
+            record "$variant" "$name" "skipped (see SANITIZE_SKIP_* in this script)"
+            continue
+        fi
         [ -x "$dir/$name" ] && run "$variant" "$name" "$dir/$name.log" "$@" "$dir/$name"
     done
     [ "$smoke" -eq 1 ] && return
@@ -221,29 +226,51 @@ rust_lib() {
 }
 CARGO_TARGET_DIR_BASE=${CARGO_TARGET_DIR:-target}
 
-# The Rust test targets: the unit tests and tests/*.rs but those named in
-# SANITIZE_SKIP_TESTS. memcg.rs is skipped by default: it drives real memory
-# pressure in a cgroup (an allocating helper process and kernel
-# notifications), which under TSan here ran past 60 s without finishing;
-# it tests issue 7's sources, not what the sanitizers look for.
-SKIP_TESTS=" ${SANITIZE_SKIP_TESTS-memcg} "
-TEST_TARGETS=(--lib)
-for f in tests/*.rs; do
-    t=$(basename "$f" .rs)
-    case $SKIP_TESTS in *" $t "*) continue ;; esac
-    TEST_TARGETS+=(--test "$t")
-done
+# Tests left out of some runs (names of tests/c/test_*.c or tests/*.rs),
+# each for a reason measured here, not for a finding:
+#  - test_memcg, memcg (issue 7) drive real memory pressure in a cgroup (an
+#    allocating child, kernel notifications). Under TSan and valgrind both
+#    hung past their 60 s watchdogs (the allocation pattern and speed change
+#    under the tools); under ASan they pass and run.
+#  - chan_mpmc: its large MPMC cases take 17-34 s each under valgrind here,
+#    close to tests/common's 60 s wall-clock watchdog, which fired twice on
+#    a loaded machine. ASan and TSan run it in full; stress runs under
+#    valgrind.
+SKIP_TSAN=" ${SANITIZE_SKIP_TSAN-test_memcg memcg} "
+SKIP_VALGRIND=" ${SANITIZE_SKIP_VALGRIND-test_memcg memcg chan_mpmc} "
+skipped() { # skipped VARIANT NAME: 0 if NAME is left out of VARIANT's run
+    case $1 in
+        tsan*) case $SKIP_TSAN in *" $2 "*) return 0 ;; esac ;;
+        valgrind) case $SKIP_VALGRIND in *" $2 "*) return 0 ;; esac ;;
+    esac
+    return 1
+}
+# The Rust test targets of a variant: --lib and every tests/*.rs not skipped
+# (run in a subshell: callers record the skipped ones).
+test_targets() {
+    local f t
+    printf '%s\n' --lib
+    for f in tests/*.rs; do
+        t=$(basename "$f" .rs)
+        skipped "$1" "$t" && continue
+        printf '%s\n%s\n' --test "$t"
+    done
+}
 
-# rust_tests SAN ENV...: cargo +nightly test under the sanitizer.
+# rust_tests VARIANT SAN ENV...: cargo +nightly test under the sanitizer.
 rust_tests() {
-    local san=$1
-    shift
-    run "$san-rust" "cargo +nightly test (Rust tests)" "$OUT/$san-rust/cargo-test.log" \
+    local variant=$1 san=$2
+    shift 2
+    local targets
+    mapfile -t targets < <(test_targets "$variant")
+    for t in tests/*.rs; do skipped "$variant" "$(basename "$t" .rs)" &&
+        record "$variant" "Rust $(basename "$t" .rs)" "skipped (see SANITIZE_SKIP_* in this script)"; done
+    run "$variant" "cargo +nightly test (Rust tests)" "$OUT/$variant/cargo-test.log" \
         env CARGO_TARGET_DIR="$CARGO_TARGET_DIR_BASE/sanitize-$san" RUSTFLAGS="-Zsanitizer=$san $abi_flag" "$@" \
-        rustup run nightly cargo test --no-fail-fast --target "$TRIPLE" "${TEST_TARGETS[@]}"
+        rustup run nightly cargo test --no-fail-fast --target "$TRIPLE" "${targets[@]}"
     # libtest reports "test result: FAILED" for a test that failed on its own.
-    if grep -q '^test result: FAILED' "$OUT/$san-rust/cargo-test.log"; then
-        grep -E '^test .* FAILED|^failures:' "$OUT/$san-rust/cargo-test.log" | head
+    if grep -q '^test result: FAILED' "$OUT/$variant/cargo-test.log"; then
+        grep -E '^test .* FAILED|^failures:' "$OUT/$variant/cargo-test.log" | head
     fi
 }
 
@@ -262,7 +289,7 @@ else
         # shellcheck disable=SC2086
         build_c asan-rust "$GCC_ASAN" "" -Wl,--whole-archive "$rt" -Wl,--no-whole-archive "$lib" $NATIVE_LIBS
         run_c asan-rust 200000 5000 "${ASAN_ENV[@]}"
-        rust_tests address "ASAN_OPTIONS=exitcode=$FINDING:detect_leaks=1" "LSAN_OPTIONS=exitcode=$FINDING"
+        rust_tests asan-rust address "ASAN_OPTIONS=exitcode=$FINDING:detect_leaks=1" "LSAN_OPTIONS=exitcode=$FINDING"
     else
         note "  build of the instrumented library failed: $OUT/rust-address-build.log"
         record asan-rust "-" "BUILD FAILED"
@@ -287,7 +314,7 @@ else
         # shellcheck disable=SC2086
         build_c tsan-rust "-fsanitize=thread" "" -Wl,--whole-archive "$rt" -Wl,--no-whole-archive "$lib" $NATIVE_LIBS
         run_c tsan-rust 100000 0 "${TSAN_ENV[@]}"
-        rust_tests thread "TSAN_OPTIONS=exitcode=$FINDING:halt_on_error=0:suppressions=$PWD/scripts/tsan.supp"
+        rust_tests tsan-rust thread "TSAN_OPTIONS=exitcode=$FINDING:halt_on_error=0:suppressions=$PWD/scripts/tsan.supp"
     else
         note "  build of the instrumented library failed: $OUT/rust-thread-build.log"
         record tsan-rust "-" "BUILD FAILED"
@@ -299,7 +326,7 @@ fi
 header "valgrind: memcheck (invalid accesses, uninitialised values, leaks)" \
     "Whole process, Rust and C alike, no rebuild: C tests on the shared library, fuzz corpus," \
     "stress -n 20000, leaks -n 1000, every Rust test binary (stable debug build)."
-VG=("$VALGRIND" -q --error-exitcode=$FINDING --leak-check=full --show-leak-kinds=definite,indirect
+VG=("$VALGRIND" -q --fair-sched=yes --error-exitcode=$FINDING --leak-check=full --show-leak-kinds=definite,indirect
     --errors-for-leak-kinds=definite,indirect --track-origins=yes --suppressions="$PWD/scripts/valgrind.supp")
 if ! command -v "$VALGRIND" >/dev/null 2>&1; then
     note "  skipped: valgrind is missing (apt-get install valgrind)"
@@ -311,7 +338,10 @@ else
     build_c valgrind "" "" -L"$PREFIX/lib" -leventq -Wl,-rpath,"$PREFIX/lib" $NATIVE_LIBS
     run_c valgrind 20000 1000 "${VG[@]}"
     # The Rust test binaries, as cargo test builds them.
-    mapfile -t bins < <($CARGO test --no-run --message-format=json "${TEST_TARGETS[@]}" 2>"$dir/cargo-build.log" |
+    mapfile -t vtargets < <(test_targets valgrind)
+    for t in tests/*.rs; do skipped valgrind "$(basename "$t" .rs)" &&
+        record valgrind "Rust $(basename "$t" .rs)" "skipped (see SANITIZE_SKIP_* in this script)"; done
+    mapfile -t bins < <($CARGO test --no-run --message-format=json "${vtargets[@]}" 2>"$dir/cargo-build.log" |
         sed -n 's/.*"executable":"\([^"]*\)".*/\1/p')
     if [ "${#bins[@]}" -eq 0 ]; then
         note "  no Rust test binaries (cargo test --no-run failed: $dir/cargo-build.log)"

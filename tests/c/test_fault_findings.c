@@ -1,16 +1,16 @@
 /*
- * Reproducers of library bugs found while building the fuzz model of the
- * C ABI (fuzz/fuzz_abi.c), kept as plain tests. Each failing case is named
- * "BUG: ..." until the library is fixed (see tests/c/check.h).
+ * Regression tests of library bugs found while building the fuzz model of
+ * the C ABI (fuzz/fuzz_abi.c). Fixed in 06f4965; the checks were named
+ * "BUG: ..." until then (see tests/c/check.h).
  *
- * 1. A second source for one fd (or one channel) in one loop is refused
- *    with -EEXIST only while the first is enabled: the check is epoll's, and
- *    a disabled source (set_enabled(0), a failed callback, or a channel
+ * 1. A second source for one fd (or one channel) in one loop was refused
+ *    with -EEXIST only while the first was enabled: the check was epoll's,
+ *    and a disabled source (set_enabled(0), a failed callback, or a channel
  *    source after end of stream) is out of the epoll set. The header says
  *    add_fd gives -EEXIST "if the fd is already watched by this loop" and
  *    add_chan "if this loop already has a source for the channel". Then
- *    re-enabling the first source fails with -EEXIST, a code the header
- *    does not list for eventq_source_set_enabled, and it stays disabled.
+ *    re-enabling the first source failed with -EEXIST, a code the header
+ *    does not list for eventq_source_set_enabled, and it stayed disabled.
  */
 #include "check.h" /* includes <eventq.h> */
 
@@ -46,14 +46,14 @@ static void duplicate_fd_source(void)
               eventq_loop_add_fd(lp, p[0], EVENTQ_IN, on_fd, &b, NULL, &second), -EEXIST);
     CHECK_INT("disable the first", eventq_source_set_enabled(first, 0), 0);
     int rc = eventq_loop_add_fd(lp, p[0], EVENTQ_IN, on_fd, &b, NULL, &second);
-    CHECK_MSG("BUG: a second source for an fd whose source in this loop is disabled: -EEXIST",
+    CHECK_MSG("a second source for an fd whose source in this loop is disabled: -EEXIST",
               rc == -EEXIST, "add_fd returned %d (%s)", rc, eventq_strerror(rc));
     rc = eventq_source_set_enabled(first, 1);
-    CHECK_MSG("BUG: re-enabling the first source succeeds (set_enabled documents 0, -ESTALE, "
+    CHECK_MSG("re-enabling the first source succeeds (set_enabled documents 0, -ESTALE, "
               "-EINVAL)",
               rc == 0, "set_enabled returned %d (%s)", rc, eventq_strerror(rc));
     eventq_loop_run_once(lp, 0);
-    CHECK_INT("BUG: the first source runs again once re-enabled", a, 1);
+    CHECK_INT("the first source runs again once re-enabled", a, 1);
     eventq_source_free(second);
     eventq_source_free(first);
     eventq_loop_free(lp);
@@ -74,10 +74,10 @@ static void duplicate_chan_source(void)
               eventq_loop_add_chan(lp, ch, on_chan, &b, NULL, &second), -EEXIST);
     CHECK_INT("disable the first", eventq_source_set_enabled(first, 0), 0);
     int rc = eventq_loop_add_chan(lp, ch, on_chan, &b, NULL, &second);
-    CHECK_MSG("BUG: a second source for a channel whose source in this loop is disabled: -EEXIST",
+    CHECK_MSG("a second source for a channel whose source in this loop is disabled: -EEXIST",
               rc == -EEXIST, "add_chan returned %d (%s)", rc, eventq_strerror(rc));
     rc = eventq_source_set_enabled(first, 1);
-    CHECK_MSG("BUG: re-enabling the first channel source succeeds", rc == 0,
+    CHECK_MSG("re-enabling the first channel source succeeds", rc == 0,
               "set_enabled returned %d (%s)", rc, eventq_strerror(rc));
     eventq_source_free(second);
     second = NULL;
@@ -88,7 +88,7 @@ static void duplicate_chan_source(void)
     int n = eventq_loop_run_once(lp, 0);
     CHECK_MSG("end of stream delivered", n >= 0, "run_once %d", n);
     rc = eventq_loop_add_chan(lp, ch, on_chan, &b, NULL, &second);
-    CHECK_MSG("BUG: a second source for a channel whose source saw end of stream: -EEXIST",
+    CHECK_MSG("a second source for a channel whose source saw end of stream: -EEXIST",
               rc == -EEXIST, "add_chan returned %d (%s)", rc, eventq_strerror(rc));
     eventq_source_free(second);
     eventq_source_free(first);
