@@ -12,6 +12,12 @@
  *    0 never waits (-EAGAIN instead), a positive value waits at most that long
  *    (-ETIMEDOUT).
  * <errno.h> is included for the codes.
+ *  - fork(): the child must not call any eventq_* function on a handle it
+ *    inherited (eventq_*_free included): their fds are shared with the
+ *    parent. It may exec (every fd is O_CLOEXEC), _exit, or leave them
+ *    alone. A child of a single-threaded process may create and use new
+ *    objects; a child of a multi-threaded one may make only
+ *    async-signal-safe calls, which libeventq's are not.
  */
 
 #ifndef EVENTQ_H
