@@ -1494,6 +1494,43 @@ fn read_trim(path: &str) -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
+/// CPU ticks from /proc: (busy ticks of the whole machine, steal ticks,
+/// ticks of this process, all threads).
+fn cpu_ticks() -> Option<(u64, u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let f: Vec<u64> = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    // user nice system idle iowait irq softirq steal ...
+    let busy = f.first()? + f.get(1)? + f.get(2)? + f.get(5)? + f.get(6)?;
+    let steal = *f.get(7)?;
+    let me = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest: Vec<&str> = me.rsplit_once(") ")?.1.split_whitespace().collect();
+    // Fields 14 and 15 (utime, stime) are at 11 and 12 after the comm.
+    let own = rest.get(11)?.parse::<u64>().ok()? + rest.get(12)?.parse::<u64>().ok()?;
+    Some((busy, steal, own))
+}
+
+/// The share of all CPUs that other processes used (and the hypervisor
+/// stole) between two `cpu_ticks` readings taken `secs` apart.
+fn interference(
+    a: Option<(u64, u64, u64)>,
+    b: Option<(u64, u64, u64)>,
+    secs: f64,
+) -> Option<(f64, f64)> {
+    let ((b0, s0, o0), (b1, s1, o1)) = (a?, b?);
+    // SAFETY: plain libc call.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let cpus = thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let total = secs * hz * cpus;
+    let others = (b1 - b0).saturating_sub(o1 - o0) as f64 / total;
+    Some((others, (s1 - s0) as f64 / total))
+}
+
 fn load1() -> (f64, String) {
     let l = read_trim("/proc/loadavg");
     let one = l
@@ -1581,6 +1618,7 @@ fn main() {
     let pacing = pacing_available();
 
     let (load_start, load_start_s) = load1();
+    let ticks_start = cpu_ticks();
     let started = Instant::now();
     // results[group][peer] = one RunOut per repetition
     let mut results: Vec<Vec<Vec<RunOut>>> = vec![vec![Vec::new(); PEERS.len()]; groups.len()];
@@ -1643,7 +1681,8 @@ fn main() {
         }
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let (load_end, load_end_s) = load1();
+    let (_, load_end_s) = load1();
+    let others = interference(ticks_start, cpu_ticks(), elapsed);
 
     let mut o = String::new();
     let _ = writeln!(
@@ -1664,12 +1703,31 @@ fn main() {
         cfg.reps,
         elapsed
     );
-    let _ = writeln!(o, "loadavg at start: {load_start_s}; at end: {load_end_s}");
-    if !(load_start < 1.0 && load_end < 1.0) {
-        let _ = writeln!(
-            o,
-            "WARNING: 1-minute load was not below 1.0: other work shared the CPUs; figures are not from a quiet machine"
-        );
+    let _ = writeln!(
+        o,
+        "loadavg at start: {load_start_s}; at end: {load_end_s} (the end includes this run's own load)"
+    );
+    match others {
+        Some((other, steal)) => {
+            let _ = writeln!(
+                o,
+                "during the run, other processes used {:.1}% of the CPUs; hypervisor steal {:.1}%",
+                other * 100.0,
+                steal * 100.0
+            );
+            if !(load_start < 1.0 && other < 0.05 && steal < 0.05) {
+                let _ = writeln!(
+                    o,
+                    "WARNING: the machine was not quiet (load at start >= 1.0, or others/steal >= 5%): figures are not from a quiet machine"
+                );
+            }
+        }
+        None => {
+            let _ = writeln!(
+                o,
+                "(/proc/stat unreadable: CPU use by other processes unknown)"
+            );
+        }
     }
     let _ = writeln!(o);
     let _ = writeln!(
