@@ -15,7 +15,7 @@ use super::chan::eventq_chan;
 use super::{boundary, check, int_count, neg, wait_of, PANIC};
 use crate::chan::Wait;
 use crate::error::Error;
-use crate::event_loop::{events, Event, Loop, LoopHandle, SourceId};
+use crate::event_loop::{events, Callback, Event, Loop, LoopHandle, SourceId};
 
 /// An event loop. Free with `eventq_loop_free`.
 pub struct eventq_loop(Loop);
@@ -182,12 +182,31 @@ impl Hook {
     }
 }
 
-/// An add call's result: 0 and the handle in `*out`, or the error.
-fn added(
-    res: crate::Result<SourceId>,
+/// The shared part of every add call: `register` calls the core add with a
+/// callback factory; the factory makes the source's handle (see
+/// `Hook::attach`) and a callback that passes each event to `on_event` with
+/// the handle and userdata. If the add fails before the factory runs, the
+/// hook is dropped here and destroy(userdata) runs. Returns 0 with the
+/// handle in `*out`, or the error.
+fn add_source(
+    lp: &Loop,
+    hook: Hook,
     out: *mut *mut eventq_source,
-    made: *mut eventq_source,
+    on_event: impl FnMut(*mut eventq_source, *mut c_void, Event<'_>) -> crate::Result<()>
+        + Send
+        + 'static,
+    register: impl FnOnce(&mut dyn FnMut(SourceId) -> Callback) -> crate::Result<SourceId>,
 ) -> c_int {
+    let mut made = ptr::null_mut();
+    let (mut hook, mut on_event) = (Some(hook), Some(on_event));
+    let res = register(&mut |id| {
+        let (mut hook, mut f) = (
+            hook.take().expect("factory runs once"),
+            on_event.take().expect("factory runs once"),
+        );
+        made = hook.attach(lp, id, !out.is_null());
+        Box::new(move |_, _, ev| f(hook.src(), hook.userdata, ev))
+    });
     match res {
         Ok(_) => {
             if !out.is_null() {
@@ -372,21 +391,18 @@ pub extern "C" fn eventq_loop_add_fd(
     out: *mut *mut eventq_source,
 ) -> c_int {
     boundary!(PANIC, {
-        let mut hook = Hook::new(userdata, destroy);
+        let hook = Hook::new(userdata, destroy);
         let lp = check!(loop_ref(lp));
         let Some(cb) = cb else {
             return -libc::EINVAL;
         };
-        let mut made = ptr::null_mut();
-        let made_ref = &mut made;
-        let res = lp.add_fd_with(fd, events, move |id| {
-            *made_ref = hook.attach(lp, id, !out.is_null());
-            Box::new(move |_, _, ev| match ev {
-                Event::Fd(revents) => status(cb(hook.src(), fd, revents, hook.userdata)),
-                _ => Ok(()),
-            })
-        });
-        added(res, out, made)
+        let on_event = move |src, ud, ev: Event<'_>| match ev {
+            Event::Fd(revents) => status(cb(src, fd, revents, ud)),
+            _ => Ok(()),
+        };
+        add_source(lp, hook, out, on_event, |make| {
+            lp.add_fd_with(fd, events, make)
+        })
     })
 }
 
@@ -409,22 +425,19 @@ pub extern "C" fn eventq_loop_add_timer(
     out: *mut *mut eventq_source,
 ) -> c_int {
     boundary!(PANIC, {
-        let mut hook = Hook::new(userdata, destroy);
+        let hook = Hook::new(userdata, destroy);
         let lp = check!(loop_ref(lp));
         let Some(cb) = cb else {
             return -libc::EINVAL;
         };
-        let mut made = ptr::null_mut();
-        let made_ref = &mut made;
         let (first, interval) = (duration_ns(first_ns), duration_ns(interval_ns));
-        let res = lp.add_timer_with(first, interval, move |id| {
-            *made_ref = hook.attach(lp, id, !out.is_null());
-            Box::new(move |_, _, ev| match ev {
-                Event::Timer(n) => status(cb(hook.src(), n, hook.userdata)),
-                _ => Ok(()),
-            })
-        });
-        added(res, out, made)
+        let on_event = move |src, ud, ev: Event<'_>| match ev {
+            Event::Timer(n) => status(cb(src, n, ud)),
+            _ => Ok(()),
+        };
+        add_source(lp, hook, out, on_event, |make| {
+            lp.add_timer_with(first, interval, make)
+        })
     })
 }
 
@@ -449,25 +462,18 @@ pub extern "C" fn eventq_loop_add_chan(
     out: *mut *mut eventq_source,
 ) -> c_int {
     boundary!(PANIC, {
-        let mut hook = Hook::new(userdata, destroy);
+        let hook = Hook::new(userdata, destroy);
         let lp = check!(loop_ref(lp));
         let chan = check!(super::chan::chan_ref(chan));
         let Some(cb) = cb else {
             return -libc::EINVAL;
         };
-        let mut made = ptr::null_mut();
-        let made_ref = &mut made;
-        let res = lp.add_chan_with(chan, move |id| {
-            *made_ref = hook.attach(lp, id, !out.is_null());
-            Box::new(move |_, _, ev| match ev {
-                Event::Message(m) => {
-                    status(cb(hook.src(), m.as_ptr().cast(), m.len(), hook.userdata))
-                }
-                Event::Closed => status(cb(hook.src(), ptr::null(), 0, hook.userdata)),
-                _ => Ok(()),
-            })
-        });
-        added(res, out, made)
+        let on_event = move |src, ud, ev: Event<'_>| match ev {
+            Event::Message(m) => status(cb(src, m.as_ptr().cast(), m.len(), ud)),
+            Event::Closed => status(cb(src, ptr::null(), 0, ud)),
+            _ => Ok(()),
+        };
+        add_source(lp, hook, out, on_event, |make| lp.add_chan_with(chan, make))
     })
 }
 
@@ -491,21 +497,18 @@ pub extern "C" fn eventq_loop_add_signal(
     out: *mut *mut eventq_source,
 ) -> c_int {
     boundary!(PANIC, {
-        let mut hook = Hook::new(userdata, destroy);
+        let hook = Hook::new(userdata, destroy);
         let lp = check!(loop_ref(lp));
         let Some(cb) = cb else {
             return -libc::EINVAL;
         };
-        let mut made = ptr::null_mut();
-        let made_ref = &mut made;
-        let res = lp.add_signal_with(signo, move |id| {
-            *made_ref = hook.attach(lp, id, !out.is_null());
-            Box::new(move |_, _, ev| match ev {
-                Event::Signal(n) => status(cb(hook.src(), n, hook.userdata)),
-                _ => Ok(()),
-            })
-        });
-        added(res, out, made)
+        let on_event = move |src, ud, ev: Event<'_>| match ev {
+            Event::Signal(n) => status(cb(src, n, ud)),
+            _ => Ok(()),
+        };
+        add_source(lp, hook, out, on_event, |make| {
+            lp.add_signal_with(signo, make)
+        })
     })
 }
 
