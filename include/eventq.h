@@ -44,6 +44,13 @@
 #define EVENTQ_FOREVER ((int64_t)-1)
 
 
+/**
+ * The largest capacity a channel accepts. A channel's slots (48 bytes
+ * each, plus each slot's reused buffer) are allocated when it is created,
+ * so a capacity is a memory commitment, not just a bound.
+ */
+#define MAX_CAPACITY (1 << 24)
+
 
 
 
@@ -64,6 +71,13 @@
  * Maximum message size when the options set neither it nor a byte limit.
  */
 #define EVENTQ_DEFAULT_MAX_MSG_SIZE (1 << 20)
+
+/**
+ * The largest capacity accepted. Slots (48 bytes each, plus each slot's
+ * reused message buffer) are allocated by eventq_chan_new, so a capacity
+ * is a memory commitment.
+ */
+#define EVENTQ_MAX_CAPACITY (1 << 24)
 
 /**
  * Capacity set by `eventq_chan_opts_init`.
@@ -220,7 +234,7 @@ typedef void (*eventq_drop_fn)(void *userdata, const uint8_t *data, size_t len);
  */
 typedef struct eventq_chan_opts {
   /**
-   * Most messages queued at once; at least 1.
+   * Most messages queued at once; 1 to EVENTQ_MAX_CAPACITY.
    */
   size_t capacity;
   /**
@@ -469,7 +483,8 @@ int eventq_chan_opts_init(struct eventq_chan_opts *opts);
  * Creates a channel and writes its first handle to `*out`. `opts` may be
  * NULL for the defaults of `eventq_chan_opts_init`.
  *
- * Returns 0; -EINVAL for a NULL out, zero capacity, max_msg_size above
+ * Returns 0; -EINVAL for a NULL out, a capacity of 0 or above
+ * EVENTQ_MAX_CAPACITY, max_msg_size above
  * max_bytes, or low_water not below capacity; -EMFILE/-ENFILE when no fd
  * is left for its two eventfds; -ENOMEM.
  *

@@ -1,37 +1,51 @@
 //! The channel: a bounded multi-producer multi-consumer queue of byte
 //! messages with two doorbell fds.
 //!
-//! The queue (what) and the doorbells (whether) are kept in step under one
-//! mutex, which is the whole trick of the seed article done once, properly:
+//! The queue (what) is a lock-free slot ring (`ring.rs`); the doorbells
+//! (whether) are eventfds changed only on transitions, which is the whole
+//! trick of the seed article done once, properly:
 //!
-//! - the receive fd is an eventfd raised when the queue leaves empty (or the
-//!   channel closes) and lowered by the receive that empties it (D4);
-//! - the send fd is an eventfd lowered when a send fills the queue (or is
-//!   refused for lack of room) and raised by the receive that drains it to
-//!   the low-water mark (or by close) (D5).
+//! - the receive fd is raised when the queue leaves empty (or the channel
+//!   closes) and lowered by the receive that empties it (D4);
+//! - the send fd is lowered when a send fills the queue (or is refused for
+//!   lack of room) and raised by the receive that drains it to the
+//!   low-water mark (or by close) (D5).
 //!
-//! Because both transitions happen under the lock that changes the queue, the
-//! fd state equals the queue state whenever no call is in progress, and the
-//! eventfds are written only on those transitions: a busy channel costs no
-//! syscalls at all. Threads that block inside the library wait on condvars,
-//! not on the fds, and are signalled only when one is actually waiting.
+//! Whether each doorbell is up is mirrored in a flag bit of the ring word
+//! its wakers move anyway (recv: `tail`, moved by every send; send: `head`,
+//! moved by every receive), so the CAS that queues or takes a message also
+//! tells the caller whether a doorbell needs changing: a busy channel makes
+//! no syscall and takes no lock. A doorbell changes only in `sync_recv` /
+//! `sync_send`, under the `bells` mutex, and flips its bit with a CAS on the
+//! word whose position it judged by, so a message that slips in between
+//! makes the CAS fail and the decision is taken again.
+//!
+//! Threads that block inside the library sleep on condvars, announced by a
+//! flag bit in the same words; blocked senders are woken at the low-water
+//! mark, like the send fd, so a full channel costs one wake-up per
+//! `capacity - low_water` messages instead of one per message.
 
-use std::collections::VecDeque;
+mod ring;
+
 use std::fmt;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use self::ring::{
+    position, Claimed, Pop, PushError, Ring, HEAD_SEND_LOWERED, HEAD_SEND_WAITERS, TAIL_CLOSED,
+    TAIL_RECV_RAISED, TAIL_RECV_WAITERS,
+};
 use crate::error::{Error, Result};
-use crate::sync::{Condvar, EventFd, Mutex, MutexGuard};
+use crate::sync::{fence, AtomicU64, AtomicUsize, Condvar, EventFd, Mutex, MutexGuard, Ordering};
+
+/// The largest capacity a channel accepts. A channel's slots (48 bytes
+/// each, plus each slot's reused buffer) are allocated when it is created,
+/// so a capacity is a memory commitment, not just a bound.
+pub const MAX_CAPACITY: usize = 1 << 24;
 
 /// Maximum message size when the options do not set one.
 pub const DEFAULT_MAX_MSG_SIZE: usize = 1 << 20;
-
-/// Received buffers are kept for reuse by later sends, so the steady-state
-/// copy path allocates nothing. Larger buffers are freed instead so one huge
-/// message does not pin its memory for the channel's life.
-const SPARE_BUF_MAX: usize = 64 * 1024;
 
 /// Called once for each message still queued when the last handle goes away.
 pub type DropFn = Box<dyn Fn(&[u8]) + Send + Sync>;
@@ -126,6 +140,11 @@ impl Limits {
         if o.capacity == 0 {
             return Err(Error::Invalid("capacity must be at least 1"));
         }
+        if o.capacity > MAX_CAPACITY {
+            return Err(Error::Invalid(
+                "capacity above MAX_CAPACITY (16M): slots are allocated up front",
+            ));
+        }
         if o.max_bytes == Some(0) {
             return Err(Error::Invalid("max_bytes must be at least 1"));
         }
@@ -181,30 +200,77 @@ pub struct Stats {
     pub closed: bool,
 }
 
-struct State {
-    queue: VecDeque<Vec<u8>>,
-    spare: Vec<Vec<u8>>,
-    bytes: usize,
-    closed: bool,
-    /// Mirrors whether the receive eventfd's counter is non-zero.
-    recv_raised: bool,
-    /// Mirrors whether the send eventfd's counter is non-zero.
-    send_raised: bool,
-    recv_waiters: usize,
-    send_waiters: usize,
-    stats: Stats,
+/// Doorbell counters, kept under the `bells` mutex that serialises every
+/// change of a doorbell.
+struct Bells {
+    recv_rings: u64,
+    send_rings: u64,
+}
+
+/// Threads asleep in the library, counted under the `waiting` mutex.
+struct Sleepers {
+    receivers: usize,
+    senders: usize,
 }
 
 struct Shared {
-    state: Mutex<State>,
-    /// Signalled when a message arrives or the channel closes.
-    readable: Condvar,
-    /// Signalled when room appears or the channel closes.
-    writable: Condvar,
+    ring: Ring,
+    limits: Limits,
+    /// Bytes queued; kept only with a byte limit (the counter would
+    /// otherwise be one more contended write per message).
+    bytes: AtomicUsize,
+    peak_depth: AtomicU64,
+    bells: Mutex<Bells>,
     recv_bell: EventFd,
     send_bell: EventFd,
-    limits: Limits,
+    waiting: Mutex<Sleepers>,
+    /// Signalled when a message arrives or the channel closes.
+    readable: Condvar,
+    /// Signalled at the low-water mark or when the channel closes.
+    writable: Condvar,
     on_drop: Option<DropFn>,
+    /// Messages discarded by the last handle (set with `&mut`).
+    dropped: u64,
+    discarded: bool,
+}
+
+/// What one send call queued, for the doorbell work done once at its end.
+#[derive(Default)]
+struct Pushed {
+    n: usize,
+    last_pos: u64,
+    /// Some push found the receive doorbell down.
+    saw_recv_down: bool,
+    /// Some push found a receiver announced as blocked.
+    saw_recv_waiters: bool,
+}
+
+impl Pushed {
+    fn add(&mut self, c: &Claimed<()>) {
+        self.n += 1;
+        self.last_pos = c.pos;
+        self.saw_recv_down |= c.word & TAIL_RECV_RAISED == 0;
+        self.saw_recv_waiters |= c.word & TAIL_RECV_WAITERS != 0;
+    }
+}
+
+/// What one receive call took.
+#[derive(Default)]
+struct Popped {
+    n: usize,
+    last_pos: u64,
+    bytes: usize,
+    /// The `head` flags seen by the claiming CASes.
+    flags: u64,
+}
+
+impl Popped {
+    fn add<T>(&mut self, c: &Claimed<T>) {
+        self.n += 1;
+        self.last_pos = c.pos;
+        self.bytes += c.len;
+        self.flags |= c.word;
+    }
 }
 
 /// A handle to a channel. Clone it to give each thread its own; the channel
@@ -256,36 +322,36 @@ impl Deadline {
 }
 
 impl Chan {
-    /// Creates a channel and its two eventfds.
+    /// Creates a channel and its two eventfds. The ring's slots are
+    /// allocated here, so memory is proportional to `capacity`.
     pub fn new(options: Options) -> Result<Chan> {
         let limits = Limits::from_options(&options)?;
+        let ring = Ring::new(limits.capacity)?;
         let recv_bell = EventFd::new()?;
         let send_bell = EventFd::new()?;
         // An empty channel has room: the send fd starts readable.
         send_bell.raise();
-        let state = State {
-            queue: VecDeque::with_capacity(limits.capacity.min(1024)),
-            spare: Vec::new(),
-            bytes: 0,
-            closed: false,
-            recv_raised: false,
-            send_raised: true,
-            recv_waiters: 0,
-            send_waiters: 0,
-            stats: Stats {
-                send_doorbell_rings: 1,
-                ..Stats::default()
-            },
-        };
         Ok(Chan {
             shared: Arc::new(Shared {
-                state: Mutex::new(state),
-                readable: Condvar::new(),
-                writable: Condvar::new(),
+                ring,
+                limits,
+                bytes: AtomicUsize::new(0),
+                peak_depth: AtomicU64::new(0),
+                bells: Mutex::new(Bells {
+                    recv_rings: 0,
+                    send_rings: 1,
+                }),
                 recv_bell,
                 send_bell,
-                limits,
+                waiting: Mutex::new(Sleepers {
+                    receivers: 0,
+                    senders: 0,
+                }),
+                readable: Condvar::new(),
+                writable: Condvar::new(),
                 on_drop: options.on_drop,
+                dropped: 0,
+                discarded: false,
             }),
         })
     }
@@ -324,43 +390,52 @@ impl Chan {
     /// queued: the rest were refused and stay the caller's. An empty batch
     /// returns 0 at once. A message over the size limit ends the prefix; if
     /// it is the first, the call fails with `Error::TooLarge`.
+    ///
+    /// A sender blocked on a full channel is woken when the channel drains
+    /// to its low-water mark (or closes), as a producer polling the send fd
+    /// is; a sender that arrives while there is room never waits.
     pub fn send_batch<'a, I>(&self, msgs: I, wait: Wait) -> Result<usize>
     where
         I: IntoIterator<Item = &'a [u8]>,
     {
         let sh = &*self.shared;
-        let mut msgs = msgs.into_iter().peekable();
-        let Some(first) = msgs.peek() else {
+        let mut msgs = msgs.into_iter();
+        let Some(first) = msgs.next() else {
             return Ok(0);
         };
         sh.check_len(first.len())?;
-        let deadline = Deadline::new(wait);
-        let mut st = sh.state.lock();
+        let mut pushed = Pushed::default();
+        let mut deadline = None;
         loop {
-            if st.closed {
-                return Err(Error::Closed);
+            match sh.try_push(first) {
+                Ok(c) => {
+                    pushed.add(&c);
+                    break;
+                }
+                Err(PushError::Closed) => return Err(Error::Closed),
+                Err(PushError::Full) => {
+                    // No room: lower the send fd now so a producer polling
+                    // it sleeps until the queue drains instead of spinning.
+                    sh.sync_send(Some(first.len()));
+                    let deadline = *deadline.get_or_insert_with(|| Deadline::new(wait));
+                    if let Some(e) = deadline.expired() {
+                        return Err(e);
+                    }
+                    sh.wait_for_room(first.len(), deadline);
+                }
             }
-            if sh.fits(&st, first.len()) {
+        }
+        for msg in msgs {
+            if msg.len() > sh.limits.max_msg_size {
                 break;
             }
-            // No room: lower the send fd now so a producer polling it sleeps
-            // until the queue drains instead of spinning on EAGAIN.
-            sh.lower_send(&mut st);
-            if let Some(e) = deadline.expired() {
-                return Err(e);
+            match sh.try_push(msg) {
+                Ok(c) => pushed.add(&c),
+                Err(_) => break,
             }
-            sh.wait(&sh.writable, &mut st, deadline, |s| &mut s.send_waiters);
         }
-        let mut n = 0;
-        while let Some(msg) = msgs.next_if(|m| m.len() <= sh.limits.max_msg_size) {
-            if !sh.fits(&st, msg.len()) {
-                break;
-            }
-            sh.push(&mut st, msg);
-            n += 1;
-        }
-        sh.after_push(&mut st, n);
-        Ok(n)
+        sh.after_push(&pushed);
+        Ok(pushed.n)
     }
 
     /// Receives the head message into `buf` and returns its length. If `buf`
@@ -369,26 +444,27 @@ impl Chan {
     /// `Error::Closed` (end of stream).
     pub fn recv_into(&self, buf: &mut [u8], wait: Wait) -> Result<usize> {
         let sh = &*self.shared;
-        let mut st = sh.wait_for_message(wait)?;
-        let len = st.queue.front().map_or(0, Vec::len);
-        if len > buf.len() {
-            return Err(Error::BufferTooSmall { needed: len });
-        }
-        let msg = sh.pop(&mut st);
-        buf[..len].copy_from_slice(&msg);
-        sh.recycle(&mut st, msg);
-        sh.after_pop(&mut st, 1);
-        Ok(len)
+        let room = buf.len();
+        let c = sh.pop_waiting(wait, |len| len <= room, &mut |m: &mut Vec<u8>| {
+            buf[..m.len()].copy_from_slice(m);
+            m.len()
+        })?;
+        let mut popped = Popped::default();
+        popped.add(&c);
+        sh.after_pop(&popped);
+        Ok(c.value)
     }
 
     /// Receives the head message as an owned buffer: no copy, the queued
-    /// buffer itself is handed over.
+    /// buffer itself is handed over (its slot allocates a new one on the
+    /// next send through it).
     pub fn recv(&self, wait: Wait) -> Result<Vec<u8>> {
         let sh = &*self.shared;
-        let mut st = sh.wait_for_message(wait)?;
-        let msg = sh.pop(&mut st);
-        sh.after_pop(&mut st, 1);
-        Ok(msg)
+        let c = sh.pop_waiting(wait, |_| true, &mut std::mem::take)?;
+        let mut popped = Popped::default();
+        popped.add(&c);
+        sh.after_pop(&popped);
+        Ok(c.value)
     }
 
     /// Receives as many messages as fit, packed back to back into `buf`,
@@ -401,29 +477,31 @@ impl Chan {
             return Ok(0);
         }
         let sh = &*self.shared;
-        let mut st = sh.wait_for_message(wait)?;
-        let head = st.queue.front().map_or(0, Vec::len);
-        if head > buf.len() {
-            return Err(Error::BufferTooSmall { needed: head });
-        }
-        let mut n = 0;
-        let mut off = 0;
-        while n < lens.len() {
-            let Some(len) = st.queue.front().map(Vec::len) else {
+        let total = buf.len();
+        let first = sh.pop_waiting(wait, |len| len <= total, &mut |m: &mut Vec<u8>| {
+            buf[..m.len()].copy_from_slice(m);
+            m.len()
+        })?;
+        let mut off = first.value;
+        lens[0] = first.value;
+        let mut popped = Popped::default();
+        popped.add(&first);
+        while popped.n < lens.len() {
+            let rest = &mut buf[off..];
+            let room = rest.len();
+            let copy = &mut |m: &mut Vec<u8>| {
+                rest[..m.len()].copy_from_slice(m);
+                m.len()
+            };
+            let Pop::Took(c) = sh.ring.pop(|len| len <= room, copy) else {
                 break;
             };
-            if len > buf.len() - off {
-                break;
-            }
-            let msg = sh.pop(&mut st);
-            buf[off..off + len].copy_from_slice(&msg);
-            sh.recycle(&mut st, msg);
-            lens[n] = len;
-            off += len;
-            n += 1;
+            lens[popped.n] = c.value;
+            off += c.value;
+            popped.add(&c);
         }
-        sh.after_pop(&mut st, n);
-        Ok(n)
+        sh.after_pop(&popped);
+        Ok(popped.n)
     }
 
     /// Closes the channel (D6): sends fail with `Error::Closed` from now on;
@@ -431,13 +509,14 @@ impl Chan {
     /// every blocked thread wakes. Returns false if it was already closed.
     pub fn close(&self) -> bool {
         let sh = &*self.shared;
-        let mut st = sh.state.lock();
-        if st.closed {
+        if sh.ring.tail.fetch_or(TAIL_CLOSED, Ordering::SeqCst) & TAIL_CLOSED != 0 {
             return false;
         }
-        st.closed = true;
-        sh.raise_recv(&mut st);
-        sh.raise_send(&mut st);
+        sh.sync_recv();
+        sh.sync_send(None);
+        let _sleepers = sh.waiting.lock();
+        sh.ring.tail.fetch_and(!TAIL_RECV_WAITERS, Ordering::SeqCst);
+        sh.ring.head.fetch_and(!HEAD_SEND_WAITERS, Ordering::SeqCst);
         sh.readable.notify_all();
         sh.writable.notify_all();
         true
@@ -455,13 +534,15 @@ impl Chan {
 
     /// Whether the channel is closed.
     pub fn is_closed(&self) -> bool {
-        self.shared.state.lock().closed
+        self.shared.ring.tail.load(Ordering::SeqCst) & TAIL_CLOSED != 0
     }
 
-    /// A snapshot of the counters.
+    /// A snapshot of the counters. Exact when no call is in progress; while
+    /// other threads send and receive, each counter is a recent value.
+    /// `pending_bytes` without a byte limit is summed over the pending
+    /// messages, so it costs time proportional to the queue's depth.
     pub fn stats(&self) -> Stats {
-        let st = self.shared.state.lock();
-        st.stats_now()
+        self.shared.stats()
     }
 
     /// Drops this handle. If it was the last one, the messages still queued
@@ -470,18 +551,7 @@ impl Chan {
     pub fn into_final_stats(self) -> Option<Stats> {
         let mut shared = Arc::into_inner(self.shared)?;
         shared.discard_pending();
-        Some(shared.state.get_mut().stats_now())
-    }
-}
-
-impl State {
-    fn stats_now(&self) -> Stats {
-        Stats {
-            pending: self.queue.len() as u64,
-            pending_bytes: self.bytes as u64,
-            closed: self.closed,
-            ..self.stats
-        }
+        Some(shared.stats())
     }
 }
 
@@ -494,168 +564,376 @@ impl Shared {
         Ok(())
     }
 
-    fn fits(&self, st: &State, len: usize) -> bool {
-        st.queue.len() < self.limits.capacity
-            && self
-                .limits
-                .max_bytes
-                .is_none_or(|max| st.bytes + len <= max)
+    fn byte_limited(&self) -> bool {
+        self.limits.max_bytes.is_some()
     }
 
-    fn is_full(&self, st: &State) -> bool {
-        st.queue.len() >= self.limits.capacity
-            || self.limits.max_bytes.is_some_and(|max| st.bytes >= max)
-    }
-
-    fn at_low_water(&self, st: &State) -> bool {
-        st.queue.len() <= self.limits.low_water && st.bytes <= self.limits.low_water_bytes
-    }
-
-    /// Waits on `cv` until notified or the deadline; the caller re-checks
-    /// its condition. `waiters` counts sleepers so wakers skip the futex
-    /// call when nobody sleeps.
-    fn wait(
-        &self,
-        cv: &Condvar,
-        st: &mut MutexGuard<'_, State>,
-        deadline: Deadline,
-        waiters: fn(&mut State) -> &mut usize,
-    ) {
-        *waiters(st) += 1;
-        match deadline {
-            Deadline::At(t) => {
-                cv.wait_until(st, t);
-            }
-            _ => cv.wait(st),
-        }
-        *waiters(st) -= 1;
-    }
-
-    /// Locks the state once a message is at the head, or fails: closed and
-    /// drained (end of stream), or the deadline passed.
-    fn wait_for_message(&self, wait: Wait) -> Result<MutexGuard<'_, State>> {
-        let deadline = Deadline::new(wait);
-        let mut st = self.state.lock();
+    /// Queues `msg` if there is room: a slot, and bytes under the limit.
+    fn try_push(&self, msg: &[u8]) -> Result<Claimed<()>, PushError> {
+        let Some(max) = self.limits.max_bytes else {
+            return self.ring.push(msg);
+        };
+        let len = msg.len();
+        let mut queued = self.bytes.load(Ordering::Relaxed);
         loop {
-            if !st.queue.is_empty() {
-                return Ok(st);
+            if queued + len > max {
+                if self.ring.tail.load(Ordering::SeqCst) & TAIL_CLOSED != 0 {
+                    return Err(PushError::Closed);
+                }
+                return Err(PushError::Full);
             }
-            if st.closed {
-                return Err(Error::Closed);
+            match self.bytes.compare_exchange_weak(
+                queued,
+                queued + len,
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(now) => queued = now,
             }
-            if let Some(e) = deadline.expired() {
-                return Err(e);
-            }
-            self.wait(&self.readable, &mut st, deadline, |s| &mut s.recv_waiters);
         }
+        let pushed = self.ring.push(msg);
+        if pushed.is_err() {
+            self.release_bytes(len);
+        }
+        pushed
     }
 
-    fn push(&self, st: &mut State, msg: &[u8]) {
-        let mut buf = st.spare.pop().unwrap_or_default();
-        buf.clear();
-        buf.extend_from_slice(msg);
-        st.bytes += msg.len();
-        st.queue.push_back(buf);
-        st.stats.sent += 1;
-        st.stats.peak_depth = st.stats.peak_depth.max(st.queue.len() as u64);
+    /// Gives back bytes (a receive, or a reservation whose push failed) and
+    /// returns the `head` flags seen after it. The fence pairs with the one
+    /// in `sync_send`/`wait_for_room`: either they see the bytes freed, or
+    /// this sees their flag and acts on it.
+    fn release_bytes(&self, len: usize) -> u64 {
+        self.bytes.fetch_sub(len, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        let head = self.ring.head.load(Ordering::SeqCst);
+        if head & (HEAD_SEND_LOWERED | HEAD_SEND_WAITERS) != 0 && self.at_low_water(0) {
+            self.room_at_low_water(head);
+        }
+        head
     }
 
-    /// Doorbells and wake-ups after `n` messages were queued.
-    fn after_push(&self, st: &mut State, n: usize) {
-        if n == 0 {
+    /// Doorbells and wake-ups after a send call queued messages.
+    fn after_push(&self, p: &Pushed) {
+        if p.n == 0 {
             return;
         }
-        self.raise_recv(st);
-        if self.is_full(st) {
-            self.lower_send(st);
+        if p.saw_recv_down {
+            self.sync_recv();
         }
-        match st.recv_waiters {
-            0 => {}
-            1 if n == 1 => {
-                self.readable.notify_one();
-            }
-            _ => {
-                self.readable.notify_all();
-            }
+        // How deep the queue got, measured against a head that may be a
+        // little old: that only overstates the depth, and both uses cope
+        // (the peak is capped at capacity; `sync_send` looks again).
+        let head = position(self.ring.head.load(Ordering::Relaxed));
+        let depth = (p.last_pos + 1).saturating_sub(head).min(self.ring.cap());
+        if depth > self.peak_depth.load(Ordering::Relaxed) {
+            self.peak_depth.fetch_max(depth, Ordering::Relaxed);
         }
-    }
-
-    /// Takes the head message; the caller checked there is one.
-    fn pop(&self, st: &mut State) -> Vec<u8> {
-        let msg = st.queue.pop_front().unwrap_or_default();
-        st.bytes -= msg.len();
-        st.stats.received += 1;
-        msg
-    }
-
-    fn recycle(&self, st: &mut State, buf: Vec<u8>) {
-        if buf.capacity() <= SPARE_BUF_MAX && st.spare.len() < self.limits.capacity {
-            st.spare.push(buf);
+        let bytes_full = self
+            .limits
+            .max_bytes
+            .is_some_and(|max| self.bytes.load(Ordering::Relaxed) >= max);
+        if depth >= self.ring.cap() || bytes_full {
+            self.sync_send(None);
+        }
+        if p.saw_recv_waiters {
+            self.wake_receivers(p.n);
         }
     }
 
-    /// Doorbells and wake-ups after `n` messages were taken.
-    fn after_pop(&self, st: &mut State, n: usize) {
-        if n == 0 {
+    /// Doorbells and wake-ups after a receive call took messages.
+    fn after_pop(&self, p: &Popped) {
+        if p.n == 0 {
             return;
         }
-        if st.queue.is_empty() && !st.closed {
-            self.lower_recv(st);
+        let next = p.last_pos + 1;
+        // Lower the receive doorbell if this emptied the queue. The next
+        // slot is the line the next receive reads anyway; only if its
+        // message is not there yet is the tail worth a look. Not skipped when
+        // the raised bit is clear: a send's `sync_recv` may be about to set
+        // it, judging by a head from before this receive, and only taking
+        // `bells` after it puts that right.
+        if !self.ring.is_ready(next) {
+            let tail = self.ring.tail.load(Ordering::SeqCst);
+            if position(tail) == next && tail & TAIL_CLOSED == 0 {
+                self.sync_recv();
+            }
         }
-        if self.at_low_water(st) {
-            self.raise_send(st);
+        if self.byte_limited() {
+            self.release_bytes(p.bytes);
+        } else if p.flags & (HEAD_SEND_LOWERED | HEAD_SEND_WAITERS) != 0 && self.at_low_water(next)
+        {
+            self.room_at_low_water(p.flags);
         }
-        if st.send_waiters > 0 {
-            // With a byte limit the woken sender's message may not fit while
-            // another's would, so wake them all and let each re-check.
-            if n == 1 && self.limits.max_bytes.is_none() {
-                self.writable.notify_one();
-            } else {
+    }
+
+    /// Whether the queue is at or below the low-water mark, with `head` a
+    /// position the head has reached (a lower bound; 0 to read it).
+    fn at_low_water(&self, head: u64) -> bool {
+        let head = head.max(position(self.ring.head.load(Ordering::SeqCst)));
+        let depth = position(self.ring.tail.load(Ordering::SeqCst)).saturating_sub(head);
+        depth <= self.limits.low_water as u64
+            && (!self.byte_limited()
+                || self.bytes.load(Ordering::SeqCst) <= self.limits.low_water_bytes)
+    }
+
+    /// The queue drained to the low-water mark with the send doorbell down
+    /// or senders asleep (`flags`): raise it, wake them.
+    fn room_at_low_water(&self, flags: u64) {
+        if flags & HEAD_SEND_LOWERED != 0 {
+            self.sync_send(None);
+        }
+        if flags & HEAD_SEND_WAITERS != 0 {
+            let sleepers = self.waiting.lock();
+            self.ring
+                .head
+                .fetch_and(!HEAD_SEND_WAITERS, Ordering::SeqCst);
+            if sleepers.senders > 0 {
                 self.writable.notify_all();
             }
         }
     }
 
-    fn raise_recv(&self, st: &mut State) {
-        if !st.recv_raised {
-            self.recv_bell.raise();
-            st.recv_raised = true;
-            st.stats.recv_doorbell_rings += 1;
+    /// Wakes receivers asleep in the library after `n` messages arrived.
+    fn wake_receivers(&self, n: usize) {
+        let sleepers = self.waiting.lock();
+        if sleepers.receivers <= n {
+            // All of them: nobody is left asleep to announce.
+            self.ring
+                .tail
+                .fetch_and(!TAIL_RECV_WAITERS, Ordering::SeqCst);
+            if sleepers.receivers > 0 {
+                self.readable.notify_all();
+            }
+        } else {
+            for _ in 0..n {
+                self.readable.notify_one();
+            }
         }
     }
 
-    fn lower_recv(&self, st: &mut State) {
-        if st.recv_raised {
-            self.recv_bell.lower();
-            st.recv_raised = false;
+    /// Makes the receive doorbell match the queue: raised iff messages are
+    /// pending or the channel is closed.
+    fn sync_recv(&self) {
+        let mut bells = self.bells.lock();
+        loop {
+            // Read-modify-writes read the latest values, not stale ones.
+            let tail = self.ring.tail.fetch_or(0, Ordering::SeqCst);
+            let head = self.ring.head.fetch_or(0, Ordering::SeqCst);
+            let raised = tail & TAIL_RECV_RAISED != 0;
+            let want = tail & TAIL_CLOSED != 0 || position(tail) > position(head);
+            if want == raised {
+                return;
+            }
+            // Judged by `tail`: if a send moved it since, judge again.
+            if self
+                .ring
+                .tail
+                .compare_exchange(
+                    tail,
+                    tail ^ TAIL_RECV_RAISED,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                )
+                .is_err()
+            {
+                continue;
+            }
+            if want {
+                self.recv_bell.raise();
+                bells.recv_rings += 1;
+            } else {
+                self.recv_bell.lower();
+            }
+            return;
         }
     }
 
-    fn raise_send(&self, st: &mut State) {
-        if !st.send_raised {
-            self.send_bell.raise();
-            st.send_raised = true;
-            st.stats.send_doorbell_rings += 1;
+    /// Makes the send doorbell match the queue: lowered when full (or when
+    /// a send of `refused` bytes does not fit), raised at the low-water mark
+    /// or when closed, unchanged in between.
+    fn sync_send(&self, refused: Option<usize>) {
+        let mut bells = self.bells.lock();
+        loop {
+            let head = self.ring.head.fetch_or(0, Ordering::SeqCst);
+            let tail = self.ring.tail.fetch_or(0, Ordering::SeqCst);
+            let lowered = head & HEAD_SEND_LOWERED != 0;
+            let want = self.send_should_be_lowered(tail, head, refused, lowered);
+            if want != lowered {
+                // Judged by `head`: if a receive moved it since, judge again.
+                if self
+                    .ring
+                    .head
+                    .compare_exchange(
+                        head,
+                        head ^ HEAD_SEND_LOWERED,
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    )
+                    .is_err()
+                {
+                    continue;
+                }
+                if want {
+                    self.send_bell.lower();
+                } else {
+                    self.send_bell.raise();
+                    bells.send_rings += 1;
+                }
+            }
+            if !self.byte_limited() {
+                return;
+            }
+            // Bytes are given back after `head` moves, so a receive may have
+            // missed the flag just set: look again after a fence (the
+            // releaser fences too, so one of us sees the other).
+            fence(Ordering::SeqCst);
+            let head = self.ring.head.fetch_or(0, Ordering::SeqCst);
+            let tail = self.ring.tail.fetch_or(0, Ordering::SeqCst);
+            let lowered = head & HEAD_SEND_LOWERED != 0;
+            if self.send_should_be_lowered(tail, head, refused, lowered) == lowered {
+                return;
+            }
         }
     }
 
-    fn lower_send(&self, st: &mut State) {
-        if st.send_raised && !st.closed {
-            self.send_bell.lower();
-            st.send_raised = false;
+    fn send_should_be_lowered(
+        &self,
+        tail: u64,
+        head: u64,
+        refused: Option<usize>,
+        lowered: bool,
+    ) -> bool {
+        if tail & TAIL_CLOSED != 0 {
+            return false;
+        }
+        let depth = position(tail).saturating_sub(position(head));
+        let bytes = self.bytes.load(Ordering::SeqCst);
+        let full =
+            depth >= self.ring.cap() || self.limits.max_bytes.is_some_and(|max| bytes >= max);
+        let refused_still = refused.is_some_and(|len| !self.fits(depth, bytes, len));
+        if full || refused_still {
+            return true;
+        }
+        if depth <= self.limits.low_water as u64 && bytes <= self.limits.low_water_bytes {
+            return false;
+        }
+        lowered
+    }
+
+    fn fits(&self, depth: u64, bytes: usize, len: usize) -> bool {
+        depth < self.ring.cap() && self.limits.max_bytes.is_none_or(|max| bytes + len <= max)
+    }
+
+    /// Takes the head message, waiting for one as `wait` says.
+    fn pop_waiting<T>(
+        &self,
+        wait: Wait,
+        accept: impl Fn(usize) -> bool,
+        take: &mut impl FnMut(&mut Vec<u8>) -> T,
+    ) -> Result<Claimed<T>> {
+        let mut deadline = None;
+        loop {
+            match self.ring.pop(&accept, &mut *take) {
+                Pop::Took(c) => return Ok(c),
+                Pop::TooLong(needed) => return Err(Error::BufferTooSmall { needed }),
+                Pop::Empty(tail) => {
+                    if tail & TAIL_CLOSED != 0 {
+                        return Err(Error::Closed);
+                    }
+                    let deadline = *deadline.get_or_insert_with(|| Deadline::new(wait));
+                    if let Some(e) = deadline.expired() {
+                        return Err(e);
+                    }
+                    self.wait_for_message(deadline);
+                }
+            }
+        }
+    }
+
+    /// Sleeps until a send or close announces itself, unless a message is
+    /// already pending. The flag set under `waiting` makes every later send
+    /// take `waiting` before notifying, so the notify cannot slip in between
+    /// this check and the sleep.
+    fn wait_for_message(&self, deadline: Deadline) {
+        let mut sleepers = self.waiting.lock();
+        let tail = self.ring.tail.fetch_or(TAIL_RECV_WAITERS, Ordering::SeqCst);
+        let head = self.ring.head.fetch_or(0, Ordering::SeqCst);
+        if tail & TAIL_CLOSED != 0 || position(tail) != position(head) {
+            return;
+        }
+        sleepers.receivers += 1;
+        self.sleep(&self.readable, &mut sleepers, deadline);
+        sleepers.receivers -= 1;
+    }
+
+    /// Sleeps until the queue drains to the low-water mark or closes, unless
+    /// `len` bytes already fit.
+    fn wait_for_room(&self, len: usize, deadline: Deadline) {
+        let mut sleepers = self.waiting.lock();
+        let head = self.ring.head.fetch_or(HEAD_SEND_WAITERS, Ordering::SeqCst);
+        if self.byte_limited() {
+            fence(Ordering::SeqCst);
+        }
+        let tail = self.ring.tail.fetch_or(0, Ordering::SeqCst);
+        let depth = position(tail).saturating_sub(position(head));
+        if tail & TAIL_CLOSED != 0 || self.fits(depth, self.bytes.load(Ordering::SeqCst), len) {
+            return;
+        }
+        sleepers.senders += 1;
+        self.sleep(&self.writable, &mut sleepers, deadline);
+        sleepers.senders -= 1;
+    }
+
+    fn sleep(&self, cv: &Condvar, sleepers: &mut MutexGuard<'_, Sleepers>, deadline: Deadline) {
+        match deadline {
+            Deadline::At(t) => {
+                cv.wait_until(sleepers, t);
+            }
+            Deadline::Never => cv.wait(sleepers),
+            Deadline::Now => {}
+        }
+    }
+
+    fn stats(&self) -> Stats {
+        let tail = self.ring.tail.load(Ordering::SeqCst);
+        let head = self.ring.head.load(Ordering::SeqCst);
+        let sent = position(tail);
+        let received = position(head).min(sent);
+        // Discarded messages are still between head and tail.
+        let pending = sent - received - self.dropped;
+        let pending_bytes = if self.discarded {
+            0
+        } else if self.byte_limited() {
+            self.bytes.load(Ordering::SeqCst) as u64
+        } else {
+            (received..sent).map(|p| self.ring.len_at(p) as u64).sum()
+        };
+        let bells = self.bells.lock();
+        Stats {
+            sent,
+            received,
+            pending,
+            pending_bytes,
+            dropped: self.dropped,
+            peak_depth: self.peak_depth.load(Ordering::Relaxed).max(pending),
+            recv_doorbell_rings: bells.recv_rings,
+            send_doorbell_rings: bells.send_rings,
+            closed: tail & TAIL_CLOSED != 0,
         }
     }
 
     /// Discards what is still queued (the last handle is gone).
     fn discard_pending(&mut self) {
-        let st = self.state.get_mut();
-        while let Some(msg) = st.queue.pop_front() {
-            st.bytes -= msg.len();
-            st.stats.dropped += 1;
-            if let Some(f) = &self.on_drop {
-                f(&msg);
-            }
+        if std::mem::replace(&mut self.discarded, true) {
+            return;
         }
+        let on_drop = self.on_drop.as_ref();
+        self.dropped = self.ring.drain(|msg| {
+            if let Some(f) = on_drop {
+                f(msg);
+            }
+        });
     }
 }
 

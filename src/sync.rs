@@ -1,18 +1,66 @@
 //! The channel's synchronisation primitives, swappable for loom's.
 //!
-//! Normal builds use parking_lot and the real eventfd. Under `--cfg loom`
-//! (`make loom`), the mutex and condvar are loom's, so loom explores every
-//! interleaving of the channel's real code, and the eventfd is a model of
-//! the kernel's: a counter that is "readable" while non-zero.
+//! Normal builds use std's atomics, parking_lot and the real eventfd. Under
+//! `--cfg loom` (`make loom`), the atomics, mutexes and condvars are loom's,
+//! so loom explores every interleaving of the channel's real code, and the
+//! eventfd is a model of the kernel's: a counter that is "readable" while
+//! non-zero.
 
 #[cfg(not(loom))]
 pub(crate) use parking_lot::{Condvar, Mutex, MutexGuard};
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 
 #[cfg(not(loom))]
 pub(crate) use crate::sys::EventFd;
 
 #[cfg(loom)]
 pub(crate) use self::model::{Condvar, EventFd, Mutex, MutexGuard};
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
+
+/// Waiting for another thread to finish a step it has already begun (a
+/// sender between claiming a slot and filling it, a receiver between
+/// claiming one and emptying it): spin briefly, then yield, because on a
+/// small machine the other thread may be preempted.
+pub(crate) struct Backoff(u32);
+
+impl Backoff {
+    pub(crate) fn new() -> Backoff {
+        Backoff(0)
+    }
+
+    #[cfg(not(loom))]
+    pub(crate) fn snooze(&mut self) {
+        if self.0 < 6 {
+            for _ in 0..1u32 << self.0 {
+                std::hint::spin_loop();
+            }
+            self.0 += 1;
+        } else {
+            std::thread::yield_now();
+        }
+    }
+
+    /// loom must be told about every spin, or it explores it forever.
+    #[cfg(loom)]
+    pub(crate) fn snooze(&mut self) {
+        self.0 += 1;
+        loom::thread::yield_now();
+    }
+}
+
+/// Keeps a value on its own cache line, so the head (written by receivers)
+/// and the tail (written by senders) do not slow each other down.
+#[repr(align(128))]
+pub(crate) struct CachePadded<T>(pub(crate) T);
+
+impl<T> std::ops::Deref for CachePadded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
 
 #[cfg(loom)]
 mod model {
@@ -36,10 +84,6 @@ mod model {
 
         pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
             MutexGuard(Some(self.0.lock().unwrap()))
-        }
-
-        pub(crate) fn get_mut(&mut self) -> &mut T {
-            self.0.get_mut().unwrap()
         }
     }
 

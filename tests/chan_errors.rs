@@ -252,6 +252,8 @@ fn invalid(opts: Options) {
 fn options_validation_rejects_impossible_limits() {
     invalid(Options::new(0));
     invalid(Options::new(0).low_water(0));
+    invalid(Options::new(eventq::chan::MAX_CAPACITY + 1));
+    invalid(Options::new(usize::MAX));
     invalid(Options::new(4).low_water(4));
     invalid(Options::new(4).low_water(5));
     invalid(Options::new(1).low_water(1));
@@ -269,7 +271,7 @@ fn options_validation_accepts_the_edges() {
         Options::new(4).max_bytes(1),
         Options::new(4).max_bytes(10).max_msg_size(10),
         Options::new(4).max_msg_size(0),
-        Options::new(1 << 40),
+        Options::new(1 << 16),
     ] {
         let what = format!("{opts:?}");
         let ch = Chan::new(opts).unwrap_or_else(|e| panic!("{what}: {e:?}"));

@@ -6,25 +6,42 @@ package eventq
 
 // The channel calls never call back into Go and keep no pointer past their
 // return, which lets cgo skip work and lets Go buffers stay on the stack.
-#cgo noescape eventq_chan_send
-#cgo nocallback eventq_chan_send
-#cgo noescape eventq_chan_recv
-#cgo nocallback eventq_chan_recv
-#cgo noescape eventq_chan_recv_batch
-#cgo nocallback eventq_chan_recv_batch
+// The hot paths go through the eq_* wrappers below, which take typed
+// pointers (uint8_t *, size_t *) instead of the ABI's void *: cgo checks
+// every unsafe.Pointer argument for Go pointers on each call
+// (runtime.cgoCheckPointer), but not a pointer to bytes or integers.
+#cgo noescape eq_send
+#cgo nocallback eq_send
+#cgo noescape eq_recv
+#cgo nocallback eq_recv
+#cgo noescape eq_recv_batch
+#cgo nocallback eq_recv_batch
+#cgo noescape eq_send_packed
+#cgo nocallback eq_send_packed
 #cgo noescape eventq_chan_get_stats
 #cgo nocallback eventq_chan_get_stats
 #cgo noescape eventq_chan_free_final
-#cgo noescape eq_send_packed
-#cgo nocallback eq_send_packed
 
-enum { EQ_SEND_CHUNK = 64 };
+static inline int eq_send(const eventq_chan *ch, const uint8_t *data, size_t len) {
+	return eventq_chan_send(ch, data, len, 0);
+}
 
-// Sends messages packed back to back at base (lens[i] bytes each) with
-// eventq_chan_send_batch, without waiting, EQ_SEND_CHUNK at a time so the
-// eventq_buf array lives on the C stack (Go memory handed to C may not hold
-// Go pointers). Returns how many were queued, or the error of the first
-// call when it queued nothing.
+static inline int eq_recv(const eventq_chan *ch, uint8_t *buf, size_t cap, size_t *len) {
+	return eventq_chan_recv(ch, buf, cap, len, 0);
+}
+
+static inline int eq_recv_batch(const eventq_chan *ch, uint8_t *buf, size_t cap,
+                                size_t *lens, size_t max) {
+	return eventq_chan_recv_batch(ch, buf, cap, lens, max, 0);
+}
+
+enum { EQ_SEND_CHUNK = 128 };
+
+// Sends count messages packed back to back at base (lens[i] bytes each)
+// with eventq_chan_send_batch, without waiting, EQ_SEND_CHUNK at a time so
+// the eventq_buf array lives on the C stack (Go memory handed to C may not
+// hold Go pointers). Returns how many were queued, or the error of the
+// first call when it queued nothing.
 static int eq_send_packed(const eventq_chan *ch, const uint8_t *base,
                           const size_t *lens, size_t count) {
 	eventq_buf bufs[EQ_SEND_CHUNK];
@@ -108,9 +125,9 @@ var liveChans atomic.Int64
 //     releases a forgotten handle, but only as a backstop: call Release.
 type Chan struct {
 	ptr    *C.eventq_chan
-	ref    refGuard
 	recvFd int
 	sendFd int
+	ref    splitRef // counters on their own cache lines
 
 	mu       sync.Mutex
 	released bool
@@ -229,11 +246,12 @@ func wrapChan(p *C.eventq_chan) *Chan {
 	return c
 }
 
-// use takes a reference to the handle for one call; done gives it back.
-func (c *Chan) use() bool { return c.ref.acquire() }
+// use takes a reference to the handle for one call from shard s (refSend
+// for the sending calls, refOther for the rest); done gives it back.
+func (c *Chan) use(s int) bool { return c.ref.acquire(s) }
 
-func (c *Chan) done() {
-	if c.ref.release() {
+func (c *Chan) done(s int) {
+	if c.ref.release(s) {
 		c.free()
 	}
 	runtime.KeepAlive(c)
@@ -250,10 +268,10 @@ func (c *Chan) free() {
 
 // Clone returns a new handle to the same channel, released separately.
 func (c *Chan) Clone() (*Chan, error) {
-	if !c.use() {
+	if !c.use(refOther) {
 		return nil, ErrReleased
 	}
-	defer c.done()
+	defer c.done(refOther)
 	p := C.eventq_chan_clone(c.ptr)
 	if p == nil {
 		return nil, syscall.ENOMEM
@@ -265,10 +283,10 @@ func (c *Chan) Clone() (*Chan, error) {
 // C code in the same process; that code frees it with eventq_chan_free.
 // Nil if this handle was released.
 func (c *Chan) CloneC() unsafe.Pointer {
-	if !c.use() {
+	if !c.use(refOther) {
 		return nil
 	}
-	defer c.done()
+	defer c.done(refOther)
 	return unsafe.Pointer(C.eventq_chan_clone(c.ptr))
 }
 
@@ -279,10 +297,10 @@ func (c *Chan) CloneC() unsafe.Pointer {
 // may be called any number of times, from any goroutine. It does not
 // release this handle (see Release).
 func (c *Chan) Close() error {
-	if !c.use() {
+	if !c.use(refOther) {
 		return ErrReleased
 	}
-	defer c.done()
+	defer c.done(refOther)
 	return errOf(C.eventq_chan_close(c.ptr))
 }
 
@@ -317,7 +335,10 @@ func (c *Chan) shutdown() {
 	for w := range files {
 		w.f.Close()
 	}
-	c.done()
+	if c.ref.releaseOwner() {
+		c.free()
+	}
+	runtime.KeepAlive(c)
 }
 
 // FinalStats returns the channel's last counters, including Dropped (the
@@ -332,10 +353,10 @@ func (c *Chan) FinalStats() (s Stats, ok bool) {
 
 // Stats returns a snapshot of the channel's counters.
 func (c *Chan) Stats() (Stats, error) {
-	if !c.use() {
+	if !c.use(refOther) {
 		return Stats{}, ErrReleased
 	}
-	defer c.done()
+	defer c.done(refOther)
 	var st C.eventq_chan_stats
 	if rc := C.eventq_chan_get_stats(c.ptr, &st); rc < 0 {
 		return Stats{}, errOf(rc)
@@ -367,10 +388,10 @@ func (c *Chan) RecvFile() (*os.File, error) { return c.dupFile(c.recvFd, "eventq
 func (c *Chan) SendFile() (*os.File, error) { return c.dupFile(c.sendFd, "eventq-send") }
 
 func (c *Chan) dupFile(fd int, name string) (*os.File, error) {
-	if !c.use() {
+	if !c.use(refOther) {
 		return nil, ErrReleased
 	}
-	defer c.done()
+	defer c.done(refOther)
 	r, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_DUPFD_CLOEXEC, 0)
 	if e != 0 {
 		return nil, os.NewSyscallError("fcntl F_DUPFD_CLOEXEC", e)
@@ -387,21 +408,31 @@ func (c *Chan) dupFile(fd int, name string) (*os.File, error) {
 
 // --- Sending ---------------------------------------------------------------
 
-func bytesPtr(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
+// bytesPtr is the address of b's first byte for C (nil or not for an empty
+// slice: the library accepts either with a length of 0).
+func bytesPtr(b []byte) *C.uint8_t { return (*C.uint8_t)(unsafe.SliceData(b)) }
+
+// Go's int and C's size_t have the same size on every platform cgo
+// supports; lensPtr relies on it to pass a []int as a size_t array.
+var _ [unsafe.Sizeof(C.size_t(0)) - unsafe.Sizeof(int(0))]struct{}
+var _ [unsafe.Sizeof(int(0)) - unsafe.Sizeof(C.size_t(0))]struct{}
+
+func lensPtr(lens []int) *C.size_t { return (*C.size_t)(unsafe.Pointer(unsafe.SliceData(lens))) }
 
 func (c *Chan) trySend(msg []byte) C.int {
-	return C.eventq_chan_send(c.ptr, bytesPtr(msg), C.size_t(len(msg)), 0)
+	return C.eq_send(c.ptr, bytesPtr(msg), C.size_t(len(msg)))
 }
 
 // TrySend queues a copy of msg if there is room now. Errors: ErrWouldBlock
 // (full), ErrClosed, ErrTooLarge, ErrReleased. On error nothing was queued
 // and msg stays the caller's.
 func (c *Chan) TrySend(msg []byte) error {
-	if !c.use() {
+	if !c.use(refSend) {
 		return ErrReleased
 	}
-	defer c.done()
-	return errOf(c.trySend(msg))
+	rc := c.trySend(msg)
+	c.done(refSend)
+	return errOf(rc)
 }
 
 // Send queues a copy of msg, waiting in the netpoller while the channel is
@@ -415,27 +446,37 @@ func (c *Chan) TrySend(msg []byte) error {
 // slot: like a socket's SO_SNDLOWAT, this wakes a blocked producer once per
 // drained half instead of once per message. WithLowWater(capacity-1) wakes
 // it as soon as one message is taken.
+//
+// Cost: one cgo call when there is room (no allocation, no syscall unless
+// the queue was empty, which rings the receive fd).
 func (c *Chan) Send(ctx context.Context, msg []byte) error {
-	if !c.use() {
+	if !c.use(refSend) {
 		return ErrReleased
 	}
-	defer c.done()
 	rc := c.trySend(msg)
 	if rc == eagain {
-		var err error
-		if rc, err = c.wait(ctx, dirSend, func() C.int { return c.trySend(msg) }); err != nil {
-			return err
-		}
+		return c.sendWait(ctx, msg)
+	}
+	c.done(refSend)
+	return errOf(rc)
+}
+
+// sendWait is Send's slow path, apart so that the fast path allocates no
+// closure. It gives back the caller's reference.
+func (c *Chan) sendWait(ctx context.Context, msg []byte) error {
+	defer c.done(refSend)
+	rc, err := c.wait(ctx, dirSend, func() C.int { return c.trySend(msg) })
+	if err != nil {
+		return err
 	}
 	return errOf(rc)
 }
 
-// packed is a batch of messages copied back to back, as eq_send_packed
-// takes them.
+// packed is SendBatch's scratch: the messages copied back to back and
+// their lengths.
 type packed struct {
 	buf  []byte
-	lens []C.size_t
-	offs []int
+	lens []int
 }
 
 var packedPool = sync.Pool{New: func() any { return new(packed) }}
@@ -452,34 +493,84 @@ func putPacked(pk *packed) {
 // SendBatch sends msgs in order, waiting for room as Send does, until all
 // are queued, the channel is closed, ctx is done, or a message is too
 // large; it returns how many were queued (a prefix of msgs) and the error
-// that stopped it. Each libeventq call queues as many as fit, so a batch
-// into a channel with room costs one cgo crossing per 64 messages plus a
-// copy of the batch into one buffer.
+// that stopped it.
+//
+// Cost: the messages are copied back to back into a pooled buffer (Go
+// memory passed to C may not hold Go pointers, so the C library cannot be
+// handed msgs itself) and queued with one cgo call for the whole batch
+// when the channel has room; no allocation in the steady state. Callers
+// that already hold their messages packed can use SendPacked and skip that
+// copy.
 func (c *Chan) SendBatch(ctx context.Context, msgs [][]byte) (int, error) {
 	if len(msgs) == 0 {
 		return 0, nil
 	}
-	if !c.use() {
+	if !c.use(refSend) {
 		return 0, ErrReleased
 	}
-	defer c.done()
+	defer c.done(refSend)
 	pk := packedPool.Get().(*packed)
 	defer putPacked(pk)
-	pk.buf, pk.lens, pk.offs = pk.buf[:0], pk.lens[:0], pk.offs[:0]
+	total := 0
 	for _, m := range msgs {
-		pk.offs = append(pk.offs, len(pk.buf))
-		pk.lens = append(pk.lens, C.size_t(len(m)))
-		pk.buf = append(pk.buf, m...)
+		total += len(m)
 	}
-	sent := 0
-	try := func() C.int {
-		var base *C.uint8_t
-		if off := pk.offs[sent]; off < len(pk.buf) {
-			base = (*C.uint8_t)(unsafe.Pointer(&pk.buf[off]))
+	if cap(pk.buf) < total {
+		pk.buf = make([]byte, total)
+	}
+	if cap(pk.lens) < len(msgs) {
+		pk.lens = make([]int, len(msgs))
+	}
+	buf, lens := pk.buf[:total], pk.lens[:len(msgs)]
+	off := 0
+	for i, m := range msgs {
+		off += copy(buf[off:], m)
+		lens[i] = len(m)
+	}
+	return c.sendPacked(ctx, buf, lens)
+}
+
+// SendPacked sends len(lens) messages stored back to back in buf (message
+// i is lens[i] bytes, following message i-1), in order, waiting for room as
+// Send does; it returns how many were queued (a prefix) and the error that
+// stopped it, as SendBatch does. It is SendBatch without the copy into a
+// packed buffer: one cgo call per batch when the channel has room and no
+// allocation; buf and lens stay the caller's. RecvBatchInto produces this
+// layout, so a received batch can be forwarded as it is.
+//
+// A negative length, or lengths adding up to more than len(buf), fail with
+// an error wrapping syscall.EINVAL before anything is sent.
+func (c *Chan) SendPacked(ctx context.Context, buf []byte, lens []int) (int, error) {
+	total := 0
+	for _, l := range lens {
+		if l < 0 || l > len(buf)-total {
+			return 0, syscall.EINVAL
 		}
-		return C.eq_send_packed(c.ptr, base, &pk.lens[sent], C.size_t(len(msgs)-sent))
+		total += l
 	}
-	for sent < len(msgs) {
+	if len(lens) == 0 {
+		return 0, nil
+	}
+	if !c.use(refSend) {
+		return 0, ErrReleased
+	}
+	defer c.done(refSend)
+	return c.sendPacked(ctx, buf[:total], lens)
+}
+
+// maxPackedCall bounds the messages of one eq_send_packed call, whose
+// count is returned as a C int.
+const maxPackedCall = 1 << 24
+
+// sendPacked is SendBatch and SendPacked once the lengths are checked and
+// the caller holds a reference.
+func (c *Chan) sendPacked(ctx context.Context, buf []byte, lens []int) (int, error) {
+	sent, off := 0, 0
+	try := func() C.int {
+		n := min(len(lens)-sent, maxPackedCall)
+		return C.eq_send_packed(c.ptr, bytesPtr(buf[off:]), lensPtr(lens[sent:]), C.size_t(n))
+	}
+	for sent < len(lens) {
 		rc := try()
 		if rc == eagain {
 			var err error
@@ -490,6 +581,9 @@ func (c *Chan) SendBatch(ctx context.Context, msgs [][]byte) (int, error) {
 		if rc < 0 {
 			return sent, errOf(rc)
 		}
+		for _, l := range lens[sent : sent+int(rc)] {
+			off += l
+		}
 		sent += int(rc)
 	}
 	return sent, nil
@@ -497,17 +591,20 @@ func (c *Chan) SendBatch(ctx context.Context, msgs [][]byte) (int, error) {
 
 // --- Receiving -------------------------------------------------------------
 
-// recvStack is the size of the stack buffer a Recv first receives into.
-const recvStack = 512
+// recvStack is the size of the stack buffer a Recv first receives into
+// (zeroed on each call, so not larger than most messages need).
+const recvStack = 256
 
 // tryRecv takes the head message into a new slice of its exact length.
 func (c *Chan) tryRecv() ([]byte, C.int) {
 	var stack [recvStack]byte
 	var n C.size_t
-	rc := C.eventq_chan_recv(c.ptr, unsafe.Pointer(&stack[0]), recvStack, &n, 0)
+	rc := C.eq_recv(c.ptr, (*C.uint8_t)(&stack[0]), recvStack, &n)
 	if rc == 0 {
-		msg := make([]byte, int(n))
-		copy(msg, stack[:n])
+		// make+copy of the same length: the compiler skips zeroing msg.
+		src := stack[:n]
+		msg := make([]byte, len(src))
+		copy(msg, src)
 		return msg, 0
 	}
 	for rc == emsgsize {
@@ -515,7 +612,7 @@ func (c *Chan) tryRecv() ([]byte, C.int) {
 		// size. Another consumer may take it first; then try again with
 		// whatever is at the head now.
 		buf := make([]byte, int(n))
-		rc = C.eventq_chan_recv(c.ptr, unsafe.Pointer(&buf[0]), n, &n, 0)
+		rc = C.eq_recv(c.ptr, bytesPtr(buf), n, &n)
 		if rc == 0 {
 			return buf[:n:n], 0
 		}
@@ -527,11 +624,11 @@ func (c *Chan) tryRecv() ([]byte, C.int) {
 // zero-length messages are non-nil empty slices). Errors: ErrWouldBlock
 // (empty), ErrClosed (closed and drained: end of stream), ErrReleased.
 func (c *Chan) TryRecv() ([]byte, error) {
-	if !c.use() {
+	if !c.use(refOther) {
 		return nil, ErrReleased
 	}
-	defer c.done()
 	msg, rc := c.tryRecv()
+	c.done(refOther)
 	return msg, errOf(rc)
 }
 
@@ -540,21 +637,27 @@ func (c *Chan) TryRecv() ([]byte, error) {
 // ErrClosed at end of stream (closed and drained) and ctx.Err() if ctx is
 // done first; a done ctx does not stop a Recv that finds a message at
 // once.
+//
+// Cost: one cgo call and one allocation (the returned slice) per message
+// when one is queued (two cgo calls for messages over 256 bytes, the
+// second straight into the new slice). RecvInto and RecvBatchInto
+// allocate nothing.
 func (c *Chan) Recv(ctx context.Context) ([]byte, error) {
-	if !c.use() {
+	if !c.use(refOther) {
 		return nil, ErrReleased
 	}
-	defer c.done()
 	msg, rc := c.tryRecv()
 	if rc == eagain {
 		return c.recvWait(ctx)
 	}
+	c.done(refOther)
 	return msg, errOf(rc)
 }
 
 // recvWait is Recv's slow path, apart so that the fast path allocates no
-// closure.
+// closure. It gives back the caller's reference.
 func (c *Chan) recvWait(ctx context.Context) ([]byte, error) {
+	defer c.done(refOther)
 	var msg []byte
 	rc, err := c.wait(ctx, dirRecv, func() C.int {
 		var r C.int
@@ -568,27 +671,29 @@ func (c *Chan) recvWait(ctx context.Context) ([]byte, error) {
 }
 
 func (c *Chan) tryRecvInto(buf []byte, n *C.size_t) C.int {
-	return C.eventq_chan_recv(c.ptr, bytesPtr(buf), C.size_t(len(buf)), n, 0)
+	return C.eq_recv(c.ptr, bytesPtr(buf), C.size_t(len(buf)), n)
 }
 
 // RecvInto receives the next message into buf and returns its length,
 // waiting as Recv does. If buf is shorter than the message it returns a
 // *BufferTooSmallError with the length needed, and the message stays at
-// the head of the queue (D7). No allocation.
+// the head of the queue (D7). One cgo call, no allocation.
 func (c *Chan) RecvInto(ctx context.Context, buf []byte) (int, error) {
-	if !c.use() {
+	if !c.use(refOther) {
 		return 0, ErrReleased
 	}
-	defer c.done()
 	var n C.size_t
 	rc := c.tryRecvInto(buf, &n)
 	if rc == eagain {
 		return c.recvIntoWait(ctx, buf)
 	}
+	c.done(refOther)
 	return recvIntoResult(rc, n)
 }
 
+// recvIntoWait gives back the caller's reference.
 func (c *Chan) recvIntoWait(ctx context.Context, buf []byte) (int, error) {
+	defer c.done(refOther)
 	var n C.size_t
 	rc, err := c.wait(ctx, dirRecv, func() C.int { return c.tryRecvInto(buf, &n) })
 	if err != nil {
@@ -611,44 +716,53 @@ func recvIntoResult(rc C.int, n C.size_t) (int, error) {
 // and the one All and Batches use.
 const DefaultBatch = 64
 
+// batchScratch is RecvBatch's packed buffer and lengths, pooled.
 type batchScratch struct {
 	buf  []byte
-	lens []C.size_t
+	lens []int
 }
 
 var batchPool = sync.Pool{New: func() any {
 	return &batchScratch{buf: make([]byte, 64<<10)}
 }}
 
-// tryRecvBatch takes up to max messages in one libeventq call.
+// tryRecvBatchInto takes up to len(lens) messages packed into buf with
+// one cgo call; on -EMSGSIZE lens[0] holds the head's length.
+func (c *Chan) tryRecvBatchInto(buf []byte, lens []int) C.int {
+	return C.eq_recv_batch(c.ptr, bytesPtr(buf), C.size_t(len(buf)), lensPtr(lens), C.size_t(len(lens)))
+}
+
+// tryRecvBatch takes up to max messages with one cgo call and returns
+// them in new memory.
 func (c *Chan) tryRecvBatch(s *batchScratch, max int) ([][]byte, C.int) {
 	if cap(s.lens) < max {
-		s.lens = make([]C.size_t, max)
+		s.lens = make([]int, max)
 	}
-	s.lens = s.lens[:max]
+	lens := s.lens[:max]
 	for {
-		rc := C.eventq_chan_recv_batch(c.ptr, unsafe.Pointer(&s.buf[0]), C.size_t(len(s.buf)),
-			&s.lens[0], C.size_t(max), 0)
+		rc := c.tryRecvBatchInto(s.buf, lens)
 		if rc == emsgsize {
-			s.buf = make([]byte, int(s.lens[0]))
+			s.buf = make([]byte, lens[0])
 			continue
 		}
 		if rc <= 0 {
 			return nil, rc
 		}
 		total := 0
-		for _, l := range s.lens[:rc] {
-			total += int(l)
+		for _, l := range lens[:rc] {
+			total += l
 		}
-		// One allocation for the whole batch; each message is a full slice
+		// One allocation for the whole batch (make+copy of the same
+		// length: not zeroed first); each message is a full slice
 		// expression, so appending to one cannot overwrite the next.
-		all := make([]byte, total)
-		copy(all, s.buf[:total])
+		src := s.buf[:total]
+		all := make([]byte, len(src))
+		copy(all, src)
 		msgs := make([][]byte, rc)
 		off := 0
-		for i, l := range s.lens[:rc] {
-			msgs[i] = all[off : off+int(l) : off+int(l)]
-			off += int(l)
+		for i, l := range lens[:rc] {
+			msgs[i] = all[off : off+l : off+l]
+			off += l
 		}
 		return msgs, rc
 	}
@@ -656,18 +770,20 @@ func (c *Chan) tryRecvBatch(s *batchScratch, max int) ([][]byte, C.int) {
 
 // RecvBatch waits (as Recv does) for at least one message, then returns
 // up to max messages that are queued (max <= 0: DefaultBatch), in order.
-// They are taken with one libeventq call into a packed buffer and copied
-// out into a single new allocation that the returned slices share, so a
-// busy channel costs one cgo crossing per batch instead of per message.
 // With a done ctx it returns what is queued now, or ctx.Err().
+//
+// Cost: one cgo call per batch, into a pooled packed buffer, then one copy
+// into a single new allocation that the returned slices share, plus the
+// new [][]byte: two allocations per batch, whatever its size. RecvBatchInto
+// receives into the caller's buffers and allocates nothing.
 func (c *Chan) RecvBatch(ctx context.Context, max int) ([][]byte, error) {
 	if max <= 0 {
 		max = DefaultBatch
 	}
-	if !c.use() {
+	if !c.use(refOther) {
 		return nil, ErrReleased
 	}
-	defer c.done()
+	defer c.done(refOther)
 	s := batchPool.Get().(*batchScratch)
 	defer func() {
 		if len(s.buf) <= maxPooled {
@@ -698,6 +814,56 @@ func (c *Chan) recvBatchWait(ctx context.Context, s *batchScratch, max int) ([][
 		return nil, errOf(rc)
 	}
 	return msgs, nil
+}
+
+// RecvBatchInto waits (as Recv does) for at least one message, then
+// receives up to len(lens) queued messages, in order, packed back to back
+// into buf: message i is lens[i] bytes long and starts where message i-1
+// ends (the first at buf[0]). It returns the number received, n; lens[n:]
+// is left as it was. It stops before a message that does not fit in what
+// is left of buf.
+//
+// If buf cannot hold even the head message, nothing is taken (D7) and the
+// error is a *BufferTooSmallError with the length needed (lens[0] is then
+// overwritten with it too). An empty lens fails with an error wrapping
+// syscall.EINVAL. Other errors as for Recv. With a done ctx it returns
+// what is queued now, or ctx.Err().
+//
+// Cost: one cgo call per batch, straight into buf; no allocation. The
+// messages are valid until buf is reused; SendPacked sends this layout.
+func (c *Chan) RecvBatchInto(ctx context.Context, buf []byte, lens []int) (int, error) {
+	if len(lens) == 0 {
+		return 0, syscall.EINVAL
+	}
+	if !c.use(refOther) {
+		return 0, ErrReleased
+	}
+	rc := c.tryRecvBatchInto(buf, lens)
+	if rc == eagain {
+		return c.recvBatchIntoWait(ctx, buf, lens)
+	}
+	c.done(refOther)
+	return recvBatchIntoResult(rc, lens)
+}
+
+// recvBatchIntoWait gives back the caller's reference.
+func (c *Chan) recvBatchIntoWait(ctx context.Context, buf []byte, lens []int) (int, error) {
+	defer c.done(refOther)
+	rc, err := c.wait(ctx, dirRecv, func() C.int { return c.tryRecvBatchInto(buf, lens) })
+	if err != nil {
+		return 0, err
+	}
+	return recvBatchIntoResult(rc, lens)
+}
+
+func recvBatchIntoResult(rc C.int, lens []int) (int, error) {
+	if rc == emsgsize {
+		return 0, &BufferTooSmallError{Needed: lens[0]}
+	}
+	if rc < 0 {
+		return 0, errOf(rc)
+	}
+	return int(rc), nil
 }
 
 // --- Waiting in the netpoller ---------------------------------------------

@@ -136,3 +136,6 @@ func Strerror(code int) string {
 func Version() string {
 	return C.GoString(C.eventq_version_string())
 }
+
+// libVersion is eventq_version(): (major << 16) | (minor << 8) | patch.
+func libVersion() uint32 { return uint32(C.eventq_version()) }

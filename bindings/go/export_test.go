@@ -20,3 +20,7 @@ func SetParkHook(c *Chan, fn func(send bool)) {
 	}
 	parkHook.Store(&h)
 }
+
+// CgoCall makes one cgo call that does nothing (eventq_version), to
+// measure the crossing alone.
+func CgoCall() { libVersion() }

@@ -448,10 +448,10 @@ func (l *Loop) AddChan(ch *Chan, fn ChanFunc) (*Source, error) {
 	if fn == nil || ch == nil {
 		return nil, syscall.EINVAL
 	}
-	if !ch.use() {
+	if !ch.use(refOther) {
 		return nil, ErrReleased
 	}
-	defer ch.done()
+	defer ch.done(refOther)
 	return l.add(&Source{chanFn: fn}, func(c *loopCore, h C.uintptr_t, out **C.eventq_source) C.int {
 		return C.eq_add_chan(c.ptr, ch.ptr, h, out)
 	})

@@ -53,3 +53,61 @@ func (g *refGuard) close() bool {
 
 // closed reports whether close was called.
 func (g *refGuard) closed() bool { return g.v.Load()&refClosed != 0 }
+
+// Which of a splitRef's two counters a call takes its reference from.
+const (
+	refSend  = 0 // the sending calls (Send, TrySend, SendBatch, SendPacked)
+	refOther = 1 // everything else
+)
+
+// splitRef is a refGuard split in two counters, each on its own cache
+// lines: a producer and a consumer calling at the same time on two cores
+// then each update their own counter instead of bouncing one cache line
+// between the cores on every call. Each counter works as a refGuard and
+// starts with its share of the owner's reference; the handle is freed by
+// the release that drains the second of the two once both are closed.
+type splitRef struct {
+	_      [64]byte
+	shards [2]struct {
+		refGuard
+		_ [120]byte
+	}
+	live atomic.Int32 // shards not yet closed and drained
+}
+
+func (g *splitRef) init() {
+	g.shards[0].init()
+	g.shards[1].init()
+	g.live.Store(2)
+}
+
+// acquire takes a reference from shard s; false once the guard is closed.
+func (g *splitRef) acquire(s int) bool { return g.shards[s].acquire() }
+
+// release gives back a reference to shard s; true when the caller must
+// free the handle.
+func (g *splitRef) release(s int) bool {
+	return g.shards[s].release() && g.live.Add(-1) == 0
+}
+
+// close marks the guard closed; true for the one caller that closed it,
+// who must then call releaseOwner after its last use.
+func (g *splitRef) close() bool {
+	if !g.shards[0].close() {
+		return false
+	}
+	// Only the caller that closed shard 0 gets here.
+	g.shards[1].close()
+	return true
+}
+
+// releaseOwner gives back the owner's reference (both shares); true when
+// the caller must free the handle.
+func (g *splitRef) releaseOwner() bool {
+	a := g.release(0)
+	b := g.release(1)
+	return a || b
+}
+
+// closed reports whether close was called.
+func (g *splitRef) closed() bool { return g.shards[0].closed() }

@@ -22,6 +22,12 @@ pub const EVENTQ_LOW_WATER_DEFAULT: usize = usize::MAX;
 pub const EVENTQ_DEFAULT_MAX_MSG_SIZE: usize = 1 << 20;
 const _: () = assert!(EVENTQ_DEFAULT_MAX_MSG_SIZE == crate::chan::DEFAULT_MAX_MSG_SIZE);
 
+/// The largest capacity accepted. Slots (48 bytes each, plus each slot's
+/// reused message buffer) are allocated by eventq_chan_new, so a capacity
+/// is a memory commitment.
+pub const EVENTQ_MAX_CAPACITY: usize = 1 << 24;
+const _: () = assert!(EVENTQ_MAX_CAPACITY == crate::chan::MAX_CAPACITY);
+
 /// Capacity set by `eventq_chan_opts_init`.
 pub const EVENTQ_DEFAULT_CAPACITY: usize = 1024;
 
@@ -31,7 +37,7 @@ pub type eventq_drop_fn = Option<extern "C" fn(userdata: *mut c_void, data: *con
 /// Channel options. Fill with `eventq_chan_opts_init`, then change fields.
 #[repr(C)]
 pub struct eventq_chan_opts {
-    /// Most messages queued at once; at least 1.
+    /// Most messages queued at once; 1 to EVENTQ_MAX_CAPACITY.
     pub capacity: usize,
     /// Most bytes queued at once (sum of lengths); 0 for no byte limit.
     pub max_bytes: usize,
@@ -180,7 +186,8 @@ pub extern "C" fn eventq_chan_opts_init(opts: *mut eventq_chan_opts) -> c_int {
 /// Creates a channel and writes its first handle to `*out`. `opts` may be
 /// NULL for the defaults of `eventq_chan_opts_init`.
 ///
-/// Returns 0; -EINVAL for a NULL out, zero capacity, max_msg_size above
+/// Returns 0; -EINVAL for a NULL out, a capacity of 0 or above
+/// EVENTQ_MAX_CAPACITY, max_msg_size above
 /// max_bytes, or low_water not below capacity; -EMFILE/-ENFILE when no fd
 /// is left for its two eventfds; -ENOMEM.
 ///

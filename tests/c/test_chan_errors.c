@@ -121,6 +121,9 @@ static void test_bad_creation(void)
         { "new: low_water > capacity: -EINVAL", 4, 10, 0, 0 },
         { "new: low_water == capacity 1: -EINVAL", 1, 1, 0, 0 },
         { "new: max_msg_size > max_bytes: -EINVAL", 4, EVENTQ_LOW_WATER_DEFAULT, 100, 101 },
+        { "new: capacity > EVENTQ_MAX_CAPACITY: -EINVAL", EVENTQ_MAX_CAPACITY + 1,
+          EVENTQ_LOW_WATER_DEFAULT, 0, 0 },
+        { "new: capacity SIZE_MAX: -EINVAL", SIZE_MAX, EVENTQ_LOW_WATER_DEFAULT, 0, 0 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         eventq_chan_opts_init(&o);

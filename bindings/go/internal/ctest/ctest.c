@@ -1,6 +1,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ctest.h"
 
@@ -230,4 +231,84 @@ void eqt_consumer_wait(struct eqt_consumer *c, struct eqt_result *res, uint64_t 
 	eventq_loop_free(c->lp);
 	free(c->next);
 	free(c);
+}
+
+/* --- Benchmark floor ---------------------------------------------------- */
+
+struct bench_cons {
+	eventq_chan *chan;
+	uint64_t n;
+	size_t len;
+	int batch;
+	int rc;
+};
+
+static void *bench_consume(void *arg)
+{
+	struct bench_cons *b = arg;
+	size_t lens[256];
+	size_t cap = (size_t)b->batch * (b->len ? b->len : 1);
+	uint8_t *buf = malloc(cap);
+	uint64_t got = 0;
+	while (!b->rc && got < b->n) {
+		int rc;
+		if (b->batch > 1) {
+			rc = eventq_chan_recv_batch(b->chan, buf, cap, lens, (size_t)b->batch, EVENTQ_FOREVER);
+		} else {
+			rc = eventq_chan_recv(b->chan, buf, cap, lens, EVENTQ_FOREVER);
+			if (rc == 0)
+				rc = 1;
+		}
+		if (rc < 0)
+			b->rc = rc;
+		else
+			got += (uint64_t)rc;
+	}
+	free(buf);
+	return NULL;
+}
+
+int64_t eqt_bench_1p1c(const uint8_t *msg, size_t len, uint64_t n, int batch, size_t capacity)
+{
+	if (batch < 1 || batch > 256)
+		return -EINVAL;
+	eventq_chan_opts o;
+	eventq_chan_opts_init(&o);
+	o.capacity = capacity;
+	eventq_chan *ch;
+	int rc = eventq_chan_new(&o, &ch);
+	if (rc < 0)
+		return rc;
+	eventq_buf bufs[256];
+	for (int i = 0; i < batch; i++) {
+		bufs[i].data = msg;
+		bufs[i].len = len;
+	}
+	struct bench_cons b = { ch, n, len, batch, 0 };
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	pthread_t t;
+	if (pthread_create(&t, NULL, bench_consume, &b) != 0) {
+		eventq_chan_free(ch);
+		return -EAGAIN;
+	}
+	for (uint64_t sent = 0; sent < n && !rc;) {
+		uint64_t k = n - sent < (uint64_t)batch ? n - sent : (uint64_t)batch;
+		rc = batch > 1 ? eventq_chan_send_batch(ch, bufs, (size_t)k, EVENTQ_FOREVER)
+		               : eventq_chan_send(ch, msg, len, EVENTQ_FOREVER);
+		if (rc >= 0) {
+			sent += batch > 1 ? (uint64_t)rc : 1;
+			rc = 0;
+		}
+	}
+	if (rc < 0)
+		eventq_chan_close(ch); /* wakes the consumer */
+	pthread_join(t, NULL);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	eventq_chan_free(ch);
+	if (rc < 0)
+		return rc;
+	if (b.rc < 0)
+		return b.rc;
+	return (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
 }

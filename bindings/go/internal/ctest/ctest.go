@@ -94,3 +94,16 @@ func (c *Consumer) Wait() Result {
 		Next:       next[:c.nprod],
 	}
 }
+
+// Bench1P1C runs the C floor of the Go benchmarks: a C producer thread and
+// a C consumer thread move n copies of msg through a new channel of the
+// given capacity with blocking calls (batch > 1: send_batch/recv_batch of
+// up to batch, at most 256) and returns the nanoseconds it took, or a
+// negative errno.
+func Bench1P1C(msg []byte, n uint64, batch, capacity int) int64 {
+	var p *C.uint8_t
+	if len(msg) > 0 {
+		p = (*C.uint8_t)(unsafe.Pointer(&msg[0]))
+	}
+	return int64(C.eqt_bench_1p1c(p, C.size_t(len(msg)), C.uint64_t(n), C.int(batch), C.size_t(capacity)))
+}

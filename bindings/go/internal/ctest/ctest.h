@@ -54,3 +54,10 @@ struct eqt_result {
 void eqt_consumer_wait(struct eqt_consumer *c, struct eqt_result *res, uint64_t *next);
 
 #endif
+
+/* Benchmark floor of the C ABI: one producer thread and one consumer thread
+ * move n copies of msg[0..len] through a new channel of the given capacity
+ * with blocking calls (batch > 1: send_batch/recv_batch of up to batch
+ * messages). Returns the nanoseconds from starting the consumer thread to
+ * joining it, or a negative errno. */
+int64_t eqt_bench_1p1c(const uint8_t *msg, size_t len, uint64_t n, int batch, size_t capacity);

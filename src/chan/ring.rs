@@ -1,0 +1,258 @@
+//! The slot ring under the channel: a bounded MPMC queue of byte messages
+//! without a queue lock (the algorithm of crossbeam's `ArrayQueue`, D. Vyukov's
+//! bounded queue), written without `unsafe`.
+//!
+//! - `tail` and `head` are positions that only grow; message `pos` lives in
+//!   slot `pos % cap`. A sender claims `pos` by moving `tail` from `pos` to
+//!   `pos + 1` with one CAS, a receiver claims it by moving `head` the same
+//!   way. Each word also carries a few flag bits below the position (see
+//!   `TAIL_*`, `HEAD_*`), so the CAS that claims a slot also reads them: a
+//!   busy channel learns "nobody needs a wake-up" without a fence.
+//! - Each slot's `stamp` says whose turn it is: `2 * pos` = empty, ready for
+//!   the sender of `pos`; `2 * pos + 1` = holds message `pos`. The receiver
+//!   of `pos` hands the slot to the sender of `pos + cap`. A thread writes a
+//!   slot's buffer only while the stamp says it is its turn, so the slot's
+//!   mutex is never contended: it is there so this file needs no `unsafe`.
+//! - Buffers stay in their slots, so the steady-state copy path allocates
+//!   nothing.
+
+use std::io;
+
+use crate::error::{Error, Result};
+use crate::sync::{AtomicU64, AtomicUsize, Backoff, CachePadded, Mutex, Ordering};
+
+/// Flag bits below the position in `tail` and `head`.
+const FLAG_BITS: u32 = 3;
+/// Adds one to a word's position.
+pub(super) const ONE: u64 = 1 << FLAG_BITS;
+
+/// `tail`: the channel is closed; no send succeeds after the CAS that set it.
+pub(super) const TAIL_CLOSED: u64 = 1;
+/// `tail`: the receive doorbell is raised.
+pub(super) const TAIL_RECV_RAISED: u64 = 2;
+/// `tail`: a receiver may be blocked in the library, waiting for a message.
+pub(super) const TAIL_RECV_WAITERS: u64 = 4;
+/// `head`: the send doorbell is lowered.
+pub(super) const HEAD_SEND_LOWERED: u64 = 1;
+/// `head`: a sender may be blocked in the library, waiting for room.
+pub(super) const HEAD_SEND_WAITERS: u64 = 2;
+
+/// The position part of a `head` or `tail` word.
+pub(super) fn position(word: u64) -> u64 {
+    word >> FLAG_BITS
+}
+
+/// Buffers that grew past this are freed when their message is received, so
+/// one huge message does not pin its memory for the channel's life.
+const SPARE_BUF_MAX: usize = 64 * 1024;
+
+struct Slot {
+    stamp: AtomicU64,
+    /// The message's length, readable before the slot is claimed so a
+    /// receiver can refuse a message that does not fit without taking it.
+    len: AtomicUsize,
+    buf: Mutex<Vec<u8>>,
+}
+
+pub(super) struct Ring {
+    /// Written by receivers.
+    pub(super) head: CachePadded<AtomicU64>,
+    /// Written by senders.
+    pub(super) tail: CachePadded<AtomicU64>,
+    slots: Box<[Slot]>,
+    cap: u64,
+}
+
+/// Why a push did not happen.
+pub(super) enum PushError {
+    Full,
+    Closed,
+}
+
+/// A successful claim: the position and the word before the claiming CAS
+/// (its flags are what the claimer must act on).
+pub(super) struct Claimed<T> {
+    pub(super) value: T,
+    pub(super) pos: u64,
+    pub(super) word: u64,
+    /// The message's length.
+    pub(super) len: usize,
+}
+
+/// What a pop found.
+pub(super) enum Pop<T> {
+    Took(Claimed<T>),
+    /// Nothing pending: the `tail` word that showed it (for `TAIL_CLOSED`).
+    Empty(u64),
+    /// The head message is longer than the caller accepts; it stays queued.
+    TooLong(usize),
+}
+
+impl Ring {
+    /// A ring of `cap` slots, allocated now; fails with ENOMEM rather than
+    /// aborting when a huge capacity cannot be had.
+    pub(super) fn new(cap: usize) -> Result<Ring> {
+        let mut slots = Vec::new();
+        if slots.try_reserve_exact(cap).is_err() {
+            return Err(Error::Os(io::Error::from_raw_os_error(libc::ENOMEM)));
+        }
+        slots.extend((0..cap as u64).map(|i| Slot {
+            stamp: AtomicU64::new(2 * i),
+            len: AtomicUsize::new(0),
+            buf: Mutex::new(Vec::new()),
+        }));
+        Ok(Ring {
+            head: CachePadded(AtomicU64::new(0)),
+            tail: CachePadded(AtomicU64::new(0)),
+            slots: slots.into_boxed_slice(),
+            cap: cap as u64,
+        })
+    }
+
+    pub(super) fn cap(&self) -> u64 {
+        self.cap
+    }
+
+    fn slot(&self, pos: u64) -> &Slot {
+        &self.slots[(pos % self.cap) as usize]
+    }
+
+    /// Queues a copy of `msg` unless the ring is full or closed.
+    pub(super) fn push(&self, msg: &[u8]) -> Result<Claimed<()>, PushError> {
+        let mut backoff = Backoff::new();
+        let mut tail = self.tail.load(Ordering::Relaxed);
+        loop {
+            if tail & TAIL_CLOSED != 0 {
+                return Err(PushError::Closed);
+            }
+            let pos = position(tail);
+            let slot = self.slot(pos);
+            let stamp = slot.stamp.load(Ordering::Acquire);
+            if stamp == 2 * pos {
+                match self.tail.compare_exchange_weak(
+                    tail,
+                    tail + ONE,
+                    Ordering::SeqCst,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => {
+                        let mut buf = slot.buf.lock();
+                        buf.clear();
+                        buf.extend_from_slice(msg);
+                        drop(buf);
+                        slot.len.store(msg.len(), Ordering::Relaxed);
+                        slot.stamp.store(2 * pos + 1, Ordering::Release);
+                        return Ok(Claimed {
+                            value: (),
+                            pos,
+                            word: tail,
+                            len: msg.len(),
+                        });
+                    }
+                    Err(now) => tail = now,
+                }
+            } else {
+                if stamp < 2 * pos {
+                    // The slot still holds message `pos - cap`: full, unless
+                    // a receiver has claimed it and is copying it out.
+                    let head = self.head.load(Ordering::SeqCst);
+                    if position(head) + self.cap <= pos {
+                        return Err(PushError::Full);
+                    }
+                }
+                // Otherwise another sender took `pos` first, or a receiver
+                // is mid-copy: look again.
+                backoff.snooze();
+                tail = self.tail.load(Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Takes the head message if `accept(len)` says yes, giving its buffer
+    /// to `take`. A refused message stays at the head.
+    pub(super) fn pop<T>(
+        &self,
+        accept: impl Fn(usize) -> bool,
+        take: &mut impl FnMut(&mut Vec<u8>) -> T,
+    ) -> Pop<T> {
+        let mut backoff = Backoff::new();
+        let mut head = self.head.load(Ordering::Relaxed);
+        loop {
+            let pos = position(head);
+            let slot = self.slot(pos);
+            let stamp = slot.stamp.load(Ordering::Acquire);
+            if stamp == 2 * pos + 1 {
+                let len = slot.len.load(Ordering::Relaxed);
+                if !accept(len) {
+                    // Only if `pos` is still the head: otherwise the length
+                    // may belong to a message another receiver took.
+                    let now = self.head.load(Ordering::Relaxed);
+                    if now == head {
+                        return Pop::TooLong(len);
+                    }
+                    head = now;
+                    continue;
+                }
+                match self.head.compare_exchange_weak(
+                    head,
+                    head + ONE,
+                    Ordering::SeqCst,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => {
+                        let mut buf = slot.buf.lock();
+                        let value = take(&mut buf);
+                        if buf.capacity() > SPARE_BUF_MAX {
+                            *buf = Vec::new();
+                        }
+                        drop(buf);
+                        slot.stamp.store(2 * (pos + self.cap), Ordering::Release);
+                        return Pop::Took(Claimed {
+                            value,
+                            pos,
+                            word: head,
+                            len,
+                        });
+                    }
+                    Err(now) => head = now,
+                }
+            } else {
+                if stamp == 2 * pos {
+                    // Not written yet: empty, unless a sender has claimed
+                    // the slot and is copying into it.
+                    let tail = self.tail.load(Ordering::SeqCst);
+                    if position(tail) == pos {
+                        return Pop::Empty(tail);
+                    }
+                }
+                backoff.snooze();
+                head = self.head.load(Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Whether message `pos` is written and not yet taken: a cheap "not
+    /// empty" check after receiving `pos - 1` that touches only the line the
+    /// next receive reads anyway.
+    pub(super) fn is_ready(&self, pos: u64) -> bool {
+        self.slot(pos).stamp.load(Ordering::Acquire) == 2 * pos + 1
+    }
+
+    /// The length of message `pos`, for counting what is queued. Only
+    /// meaningful for `head <= pos < tail`, and exact when no call is in
+    /// progress.
+    pub(super) fn len_at(&self, pos: u64) -> usize {
+        self.slot(pos).len.load(Ordering::Relaxed)
+    }
+
+    /// Gives each message still queued to `f`, oldest first, and returns how
+    /// many; for the last handle, when no other thread can touch the ring.
+    pub(super) fn drain(&self, mut f: impl FnMut(&[u8])) -> u64 {
+        let head = position(self.head.load(Ordering::SeqCst));
+        let tail = position(self.tail.load(Ordering::SeqCst));
+        for p in head..tail {
+            f(&self.slot(p).buf.lock());
+        }
+        tail - head
+    }
+}
