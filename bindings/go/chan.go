@@ -6,10 +6,12 @@ package eventq
 
 // The channel calls never call back into Go and keep no pointer past their
 // return, which lets cgo skip work and lets Go buffers stay on the stack.
-// The hot paths go through the eq_* wrappers below, which take typed
-// pointers (uint8_t *, size_t *) instead of the ABI's void *: cgo checks
-// every unsafe.Pointer argument for Go pointers on each call
-// (runtime.cgoCheckPointer), but not a pointer to bytes or integers.
+// The hot paths go through the eq_* wrappers below, which take the handle
+// as a uintptr_t and buffers as typed pointers (uint8_t *, size_t *): cgo
+// checks every argument that may point to Go pointers on each call
+// (runtime.cgoCheckPointer: a void *, or a pointer to an incomplete struct
+// such as eventq_chan), but not an integer or a pointer to bytes or
+// integers. The handle is C memory, so passing it as an integer is safe.
 #cgo noescape eq_send
 #cgo nocallback eq_send
 #cgo noescape eq_recv
@@ -22,17 +24,17 @@ package eventq
 #cgo nocallback eventq_chan_get_stats
 #cgo noescape eventq_chan_free_final
 
-static inline int eq_send(const eventq_chan *ch, const uint8_t *data, size_t len) {
-	return eventq_chan_send(ch, data, len, 0);
+static inline int eq_send(uintptr_t ch, const uint8_t *data, size_t len) {
+	return eventq_chan_send((const eventq_chan *)ch, data, len, 0);
 }
 
-static inline int eq_recv(const eventq_chan *ch, uint8_t *buf, size_t cap, size_t *len) {
-	return eventq_chan_recv(ch, buf, cap, len, 0);
+static inline int eq_recv(uintptr_t ch, uint8_t *buf, size_t cap, size_t *len) {
+	return eventq_chan_recv((const eventq_chan *)ch, buf, cap, len, 0);
 }
 
-static inline int eq_recv_batch(const eventq_chan *ch, uint8_t *buf, size_t cap,
+static inline int eq_recv_batch(uintptr_t ch, uint8_t *buf, size_t cap,
                                 size_t *lens, size_t max) {
-	return eventq_chan_recv_batch(ch, buf, cap, lens, max, 0);
+	return eventq_chan_recv_batch((const eventq_chan *)ch, buf, cap, lens, max, 0);
 }
 
 enum { EQ_SEND_CHUNK = 128 };
@@ -42,8 +44,9 @@ enum { EQ_SEND_CHUNK = 128 };
 // the eventq_buf array lives on the C stack (Go memory handed to C may not
 // hold Go pointers). Returns how many were queued, or the error of the
 // first call when it queued nothing.
-static int eq_send_packed(const eventq_chan *ch, const uint8_t *base,
+static int eq_send_packed(uintptr_t handle, const uint8_t *base,
                           const size_t *lens, size_t count) {
+	const eventq_chan *ch = (const eventq_chan *)handle;
 	eventq_buf bufs[EQ_SEND_CHUNK];
 	size_t done = 0, off = 0;
 	while (done < count) {
@@ -125,6 +128,7 @@ var liveChans atomic.Int64
 //     releases a forgotten handle, but only as a backstop: call Release.
 type Chan struct {
 	ptr    *C.eventq_chan
+	handle C.uintptr_t // ptr as an integer, for the eq_* wrappers
 	recvFd int
 	sendFd int
 	ref    splitRef // counters on their own cache lines
@@ -236,6 +240,7 @@ func FromC(handle unsafe.Pointer) (*Chan, error) {
 func wrapChan(p *C.eventq_chan) *Chan {
 	c := &Chan{
 		ptr:    p,
+		handle: C.uintptr_t(uintptr(unsafe.Pointer(p))),
 		recvFd: int(C.eventq_chan_recv_fd(p)),
 		sendFd: int(C.eventq_chan_send_fd(p)),
 		files:  make(map[*waiter]struct{}),
@@ -420,7 +425,7 @@ var _ [unsafe.Sizeof(int(0)) - unsafe.Sizeof(C.size_t(0))]struct{}
 func lensPtr(lens []int) *C.size_t { return (*C.size_t)(unsafe.Pointer(unsafe.SliceData(lens))) }
 
 func (c *Chan) trySend(msg []byte) C.int {
-	return C.eq_send(c.ptr, bytesPtr(msg), C.size_t(len(msg)))
+	return C.eq_send(c.handle, bytesPtr(msg), C.size_t(len(msg)))
 }
 
 // TrySend queues a copy of msg if there is room now. Errors: ErrWouldBlock
@@ -566,15 +571,11 @@ const maxPackedCall = 1 << 24
 // the caller holds a reference.
 func (c *Chan) sendPacked(ctx context.Context, buf []byte, lens []int) (int, error) {
 	sent, off := 0, 0
-	try := func() C.int {
-		n := min(len(lens)-sent, maxPackedCall)
-		return C.eq_send_packed(c.ptr, bytesPtr(buf[off:]), lensPtr(lens[sent:]), C.size_t(n))
-	}
 	for sent < len(lens) {
-		rc := try()
+		rc := c.trySendPacked(buf[off:], lens[sent:])
 		if rc == eagain {
 			var err error
-			if rc, err = c.wait(ctx, dirSend, try); err != nil {
+			if rc, err = c.sendPackedWait(ctx, buf[off:], lens[sent:]); err != nil {
 				return sent, err
 			}
 		}
@@ -589,6 +590,16 @@ func (c *Chan) sendPacked(ctx context.Context, buf []byte, lens []int) (int, err
 	return sent, nil
 }
 
+func (c *Chan) trySendPacked(buf []byte, lens []int) C.int {
+	n := min(len(lens), maxPackedCall)
+	return C.eq_send_packed(c.handle, bytesPtr(buf), lensPtr(lens), C.size_t(n))
+}
+
+// sendPackedWait is apart so that the fast path allocates no closure.
+func (c *Chan) sendPackedWait(ctx context.Context, buf []byte, lens []int) (C.int, error) {
+	return c.wait(ctx, dirSend, func() C.int { return c.trySendPacked(buf, lens) })
+}
+
 // --- Receiving -------------------------------------------------------------
 
 // recvStack is the size of the stack buffer a Recv first receives into
@@ -599,7 +610,7 @@ const recvStack = 256
 func (c *Chan) tryRecv() ([]byte, C.int) {
 	var stack [recvStack]byte
 	var n C.size_t
-	rc := C.eq_recv(c.ptr, (*C.uint8_t)(&stack[0]), recvStack, &n)
+	rc := C.eq_recv(c.handle, (*C.uint8_t)(&stack[0]), recvStack, &n)
 	if rc == 0 {
 		// make+copy of the same length: the compiler skips zeroing msg.
 		src := stack[:n]
@@ -612,7 +623,7 @@ func (c *Chan) tryRecv() ([]byte, C.int) {
 		// size. Another consumer may take it first; then try again with
 		// whatever is at the head now.
 		buf := make([]byte, int(n))
-		rc = C.eq_recv(c.ptr, bytesPtr(buf), n, &n)
+		rc = C.eq_recv(c.handle, bytesPtr(buf), n, &n)
 		if rc == 0 {
 			return buf[:n:n], 0
 		}
@@ -671,7 +682,7 @@ func (c *Chan) recvWait(ctx context.Context) ([]byte, error) {
 }
 
 func (c *Chan) tryRecvInto(buf []byte, n *C.size_t) C.int {
-	return C.eq_recv(c.ptr, bytesPtr(buf), C.size_t(len(buf)), n)
+	return C.eq_recv(c.handle, bytesPtr(buf), C.size_t(len(buf)), n)
 }
 
 // RecvInto receives the next message into buf and returns its length,
@@ -729,7 +740,7 @@ var batchPool = sync.Pool{New: func() any {
 // tryRecvBatchInto takes up to len(lens) messages packed into buf with
 // one cgo call; on -EMSGSIZE lens[0] holds the head's length.
 func (c *Chan) tryRecvBatchInto(buf []byte, lens []int) C.int {
-	return C.eq_recv_batch(c.ptr, bytesPtr(buf), C.size_t(len(buf)), lensPtr(lens), C.size_t(len(lens)))
+	return C.eq_recv_batch(c.handle, bytesPtr(buf), C.size_t(len(buf)), lensPtr(lens), C.size_t(len(lens)))
 }
 
 // tryRecvBatch takes up to max messages with one cgo call and returns

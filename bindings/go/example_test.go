@@ -62,6 +62,31 @@ func ExampleChan_SendBatch() {
 	// a bb ccc <nil>
 }
 
+// The allocation-free batch path: receive into buffers the consumer
+// reuses, and forward a received batch as it is.
+func ExampleChan_RecvBatchInto() {
+	in, _ := eventq.NewChan()
+	defer in.Release()
+	out, _ := eventq.NewChan()
+	defer out.Release()
+	in.SendBatch(context.Background(), [][]byte{[]byte("a"), []byte("bb"), []byte("ccc")})
+
+	buf, lens := make([]byte, 4096), make([]int, 64) // reused for every batch
+	n, err := in.RecvBatchInto(context.Background(), buf, lens)
+	off := 0
+	for _, l := range lens[:n] {
+		fmt.Printf("%s ", buf[off:off+l])
+		off += l
+	}
+	fmt.Println(n, err)
+
+	k, err := out.SendPacked(context.Background(), buf, lens[:n])
+	fmt.Println("forwarded", k, err)
+	// Output:
+	// a bb ccc 3 <nil>
+	// forwarded 3 <nil>
+}
+
 // A buffer that is too small loses nothing: the error says the length
 // needed and the message stays queued.
 func ExampleChan_RecvInto() {

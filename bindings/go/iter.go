@@ -22,8 +22,9 @@ import (
 //
 // Cost: each step is a Recv, one cgo crossing and one allocation per
 // message (waiting in the netpoller only when the channel is empty). Where
-// that matters, range over Batches instead: one crossing and one
-// allocation per batch of up to DefaultBatch messages.
+// that matters, range over Batches instead: one crossing and two
+// allocations per batch of up to DefaultBatch messages (or loop over
+// RecvBatchInto, which allocates nothing).
 func (c *Chan) All(ctx context.Context) iter.Seq2[[]byte, error] {
 	return func(yield func([]byte, error) bool) {
 		for {
