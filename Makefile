@@ -156,9 +156,10 @@ test-cargo-test: | need-cargo
 	$(CARGO) test
 
 # Stage: loom model checks of the channel's wake-up protocol (tests/loom.rs),
-# built with --cfg loom in a target dir of their own.
+# built with --cfg loom in a target dir of their own. Optimised: loom runs
+# the models' code many thousands of times, and a debug build is ~20x slower.
 test-loom loom: | need-cargo
-	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(CARGO_TARGET_DIR)/loom $(CARGO) test --test loom
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(CARGO_TARGET_DIR)/loom $(CARGO) test --release --test loom
 
 # Stage: the committed header equals a fresh generation.
 test-header: | need-cargo

@@ -50,6 +50,44 @@ impl Backoff {
     }
 }
 
+/// A slot's message buffer. The slot's stamp already gives one thread at a
+/// time the right to touch it, so the lock is never contended: it exists so
+/// the ring needs no `unsafe`.
+#[cfg(not(loom))]
+pub(crate) struct SlotBuf(Mutex<Vec<u8>>);
+
+#[cfg(not(loom))]
+impl SlotBuf {
+    pub(crate) fn new() -> SlotBuf {
+        SlotBuf(Mutex::new(Vec::new()))
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Vec<u8>> {
+        self.0.lock()
+    }
+}
+
+/// Under loom the buffer's lock is std's, outside the model, and must be
+/// free when taken: a second holder means the stamps let two threads into
+/// one slot, which the model then reports. Keeping it out of the model
+/// spares loom two scheduling points per message, which the 3-thread
+/// models cannot afford.
+#[cfg(loom)]
+pub(crate) struct SlotBuf(std::sync::Mutex<Vec<u8>>);
+
+#[cfg(loom)]
+impl SlotBuf {
+    pub(crate) fn new() -> SlotBuf {
+        SlotBuf(std::sync::Mutex::new(Vec::new()))
+    }
+
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
+        self.0
+            .try_lock()
+            .expect("two threads in one slot: the stamp protocol is broken")
+    }
+}
+
 /// Keeps a value on its own cache line, so the head (written by receivers)
 /// and the tail (written by senders) do not slow each other down.
 #[repr(align(128))]

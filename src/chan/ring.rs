@@ -19,7 +19,7 @@
 use std::io;
 
 use crate::error::{Error, Result};
-use crate::sync::{AtomicU64, AtomicUsize, Backoff, CachePadded, Mutex, Ordering};
+use crate::sync::{AtomicU64, AtomicUsize, Backoff, CachePadded, Ordering, SlotBuf};
 
 /// Flag bits below the position in `tail` and `head`.
 const FLAG_BITS: u32 = 3;
@@ -51,7 +51,7 @@ struct Slot {
     /// The message's length, readable before the slot is claimed so a
     /// receiver can refuse a message that does not fit without taking it.
     len: AtomicUsize,
-    buf: Mutex<Vec<u8>>,
+    buf: SlotBuf,
 }
 
 pub(super) struct Ring {
@@ -99,7 +99,7 @@ impl Ring {
         slots.extend((0..cap as u64).map(|i| Slot {
             stamp: AtomicU64::new(2 * i),
             len: AtomicUsize::new(0),
-            buf: Mutex::new(Vec::new()),
+            buf: SlotBuf::new(),
         }));
         Ok(Ring {
             head: CachePadded(AtomicU64::new(0)),
