@@ -33,7 +33,8 @@
  * NULL out-parameters, NULL data with a length, NULL buffers with a
  * capacity, NULL lens with max_msgs > 0, NULL callbacks, lengths past the
  * maximum message size (up to SIZE_MAX), batch counts past INT_MAX,
- * timeouts below EVENTQ_FOREVER (down to INT64_MIN), zero capacity,
+ * timeouts below EVENTQ_FOREVER (down to INT64_MIN), zero capacity and
+ * capacity above EVENTQ_MAX_CAPACITY,
  * max_msg_size above max_bytes, low_water not below capacity, unknown event
  * flags, no event flag, bad fds (-1, unopened), an fd epoll cannot watch
  * (/dev/null), the loop's own fd, an epoll cycle between two loops,
@@ -440,7 +441,7 @@ static void op_chan_new(void)
     size_t cap = o.capacity, mb = o.max_bytes, mm = o.max_msg_size;
     int want = 0;
     if (!use_null_opts) {
-        if (cap == 0)
+        if (cap == 0 || cap > EVENTQ_MAX_CAPACITY)
             want = -EINVAL;
         else if (mm && mb && mm > mb)
             want = -EINVAL;
