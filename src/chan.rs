@@ -33,8 +33,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use self::ring::{
-    position, Claimed, Pop, PushError, Ring, HEAD_SEND_LOWERED, HEAD_SEND_WAITERS, TAIL_CLOSED,
-    TAIL_RECV_RAISED, TAIL_RECV_WAITERS,
+    position, Claimed, Payload, Pop, PushError, Ring, HEAD_SEND_LOWERED, HEAD_SEND_WAITERS,
+    TAIL_CLOSED, TAIL_RECV_RAISED, TAIL_RECV_WAITERS,
 };
 use crate::error::{Error, Result};
 use crate::sync::{fence, AtomicU64, AtomicUsize, Condvar, EventFd, Mutex, MutexGuard, Ordering};
@@ -220,6 +220,8 @@ struct Shared {
     /// otherwise be one more contended write per message).
     bytes: AtomicUsize,
     peak_depth: AtomicU64,
+    /// A position the head has reached, kept by senders (see `after_push`).
+    head_seen: AtomicU64,
     bells: Mutex<Bells>,
     recv_bell: EventFd,
     send_bell: EventFd,
@@ -337,6 +339,7 @@ impl Chan {
                 limits,
                 bytes: AtomicUsize::new(0),
                 peak_depth: AtomicU64::new(0),
+                head_seen: AtomicU64::new(0),
                 bells: Mutex::new(Bells {
                     recv_rings: 0,
                     send_rings: 1,
@@ -445,9 +448,8 @@ impl Chan {
     pub fn recv_into(&self, buf: &mut [u8], wait: Wait) -> Result<usize> {
         let sh = &*self.shared;
         let room = buf.len();
-        let c = sh.pop_waiting(wait, |len| len <= room, &mut |m: &mut Vec<u8>| {
-            buf[..m.len()].copy_from_slice(m);
-            m.len()
+        let c = sh.pop_waiting(wait, |len| len <= room, &mut |m: Payload<'_>| {
+            copy_out(m, buf)
         })?;
         let mut popped = Popped::default();
         popped.add(&c);
@@ -460,7 +462,7 @@ impl Chan {
     /// next send through it).
     pub fn recv(&self, wait: Wait) -> Result<Vec<u8>> {
         let sh = &*self.shared;
-        let c = sh.pop_waiting(wait, |_| true, &mut std::mem::take)?;
+        let c = sh.pop_waiting(wait, |_| true, &mut |m: Payload<'_>| m.into_vec())?;
         let mut popped = Popped::default();
         popped.add(&c);
         sh.after_pop(&popped);
@@ -478,9 +480,8 @@ impl Chan {
         }
         let sh = &*self.shared;
         let total = buf.len();
-        let first = sh.pop_waiting(wait, |len| len <= total, &mut |m: &mut Vec<u8>| {
-            buf[..m.len()].copy_from_slice(m);
-            m.len()
+        let first = sh.pop_waiting(wait, |len| len <= total, &mut |m: Payload<'_>| {
+            copy_out(m, buf)
         })?;
         let mut off = first.value;
         lens[0] = first.value;
@@ -489,10 +490,7 @@ impl Chan {
         while popped.n < lens.len() {
             let rest = &mut buf[off..];
             let room = rest.len();
-            let copy = &mut |m: &mut Vec<u8>| {
-                rest[..m.len()].copy_from_slice(m);
-                m.len()
-            };
+            let copy = &mut |m: Payload<'_>| copy_out(m, rest);
             let Pop::Took(c) = sh.ring.pop(|len| len <= room, copy) else {
                 break;
             };
@@ -553,6 +551,14 @@ impl Chan {
         shared.discard_pending();
         Some(shared.stats())
     }
+}
+
+/// Copies a received message to the front of `buf` (which the caller
+/// checked is long enough) and returns its length.
+fn copy_out(m: Payload<'_>, buf: &mut [u8]) -> usize {
+    let m = m.bytes();
+    buf[..m.len()].copy_from_slice(m);
+    m.len()
 }
 
 impl Shared {
@@ -621,19 +627,29 @@ impl Shared {
         if p.saw_recv_down {
             self.sync_recv();
         }
-        // How deep the queue got, measured against a head that may be a
-        // little old: that only overstates the depth, and both uses cope
-        // (the peak is capped at capacity; `sync_send` looks again).
-        let head = position(self.ring.head.load(Ordering::Relaxed));
-        let depth = (p.last_pos + 1).saturating_sub(head).min(self.ring.cap());
-        if depth > self.peak_depth.load(Ordering::Relaxed) {
+        // How deep the queue got: a new peak, or full. `head_seen` is an
+        // older head, so it bounds the depth from above; only when that bound
+        // says "maybe" is the real head read. The head's line is written by
+        // every receive, and reading it on every send cost a cache-line
+        // transfer per message (a quarter of the 1P1C time in a profile).
+        let end = p.last_pos + 1;
+        let cap = self.ring.cap();
+        let bound = end.saturating_sub(self.head_seen.load(Ordering::Relaxed));
+        let mut full = false;
+        if bound >= cap || bound > self.peak_depth.load(Ordering::Relaxed) {
+            let head = position(self.ring.head.load(Ordering::Relaxed));
+            self.head_seen.fetch_max(head, Ordering::Relaxed);
+            // A head read late only overstates the depth; both uses cope
+            // (the peak is capped at capacity; `sync_send` looks again).
+            let depth = end.saturating_sub(head).min(cap);
             self.peak_depth.fetch_max(depth, Ordering::Relaxed);
+            full = depth >= cap;
         }
         let bytes_full = self
             .limits
             .max_bytes
             .is_some_and(|max| self.bytes.load(Ordering::Relaxed) >= max);
-        if depth >= self.ring.cap() || bytes_full {
+        if full || bytes_full {
             self.sync_send(None);
         }
         if p.saw_recv_waiters {
@@ -830,7 +846,7 @@ impl Shared {
         &self,
         wait: Wait,
         accept: impl Fn(usize) -> bool,
-        take: &mut impl FnMut(&mut Vec<u8>) -> T,
+        take: &mut impl FnMut(Payload<'_>) -> T,
     ) -> Result<Claimed<T>> {
         let mut deadline = None;
         loop {

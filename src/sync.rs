@@ -50,6 +50,11 @@ impl Backoff {
     }
 }
 
+/// A word of a message stored in its slot. Under loom it is std's atomic,
+/// outside the model like `SlotBuf` below: the slot's stamp orders it, and
+/// loom checks the stamps.
+pub(crate) type PayloadWord = std::sync::atomic::AtomicU64;
+
 /// A slot's message buffer. The slot's stamp already gives one thread at a
 /// time the right to touch it, so the lock is never contended: it exists so
 /// the ring needs no `unsafe`.

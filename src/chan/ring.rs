@@ -10,16 +10,23 @@
 //!   busy channel learns "nobody needs a wake-up" without a fence.
 //! - Each slot's `stamp` says whose turn it is: `2 * pos` = empty, ready for
 //!   the sender of `pos`; `2 * pos + 1` = holds message `pos`. The receiver
-//!   of `pos` hands the slot to the sender of `pos + cap`. A thread writes a
-//!   slot's buffer only while the stamp says it is its turn, so the slot's
-//!   mutex is never contended: it is there so this file needs no `unsafe`.
+//!   of `pos` hands the slot to the sender of `pos + cap`. A thread touches a
+//!   slot's payload only while the stamp says it is its turn.
+//! - A message of up to `INLINE_MAX` bytes is stored in the slot itself, in
+//!   atomic words written and read with relaxed ordering (the stamp's
+//!   release/acquire orders them): plain moves, and the slot is one cache
+//!   line. A longer message goes to the slot's heap buffer, behind a mutex
+//!   that is never contended (the stamp already serialises its users) and
+//!   exists so this file needs no `unsafe`. A profile of the first version,
+//!   which put every message behind that mutex, showed its lock and unlock
+//!   as a third of the 8-byte send and receive.
 //! - Buffers stay in their slots, so the steady-state copy path allocates
 //!   nothing.
 
 use std::io;
 
 use crate::error::{Error, Result};
-use crate::sync::{AtomicU64, AtomicUsize, Backoff, CachePadded, Ordering, SlotBuf};
+use crate::sync::{AtomicU64, AtomicUsize, Backoff, CachePadded, Ordering, PayloadWord, SlotBuf};
 
 /// Flag bits below the position in `tail` and `head`.
 const FLAG_BITS: u32 = 3;
@@ -46,12 +53,47 @@ pub(super) fn position(word: u64) -> u64 {
 /// one huge message does not pin its memory for the channel's life.
 const SPARE_BUF_MAX: usize = 64 * 1024;
 
+/// Payload words stored in the slot itself.
+const INLINE_WORDS: usize = 6;
+/// Messages up to this long are stored in the slot, longer ones in its
+/// heap buffer.
+pub(super) const INLINE_MAX: usize = INLINE_WORDS * 8;
+
+/// One cache line: a sender filling slot `p` does not disturb the receiver
+/// reading slot `p - 1`.
+#[repr(align(64))]
 struct Slot {
     stamp: AtomicU64,
     /// The message's length, readable before the slot is claimed so a
     /// receiver can refuse a message that does not fit without taking it.
     len: AtomicUsize,
-    buf: SlotBuf,
+    inline: [PayloadWord; INLINE_WORDS],
+}
+
+/// A message as a receiver gets it, still in its slot.
+pub(super) enum Payload<'a> {
+    /// Copied out of the slot's words.
+    Inline(&'a [u8]),
+    /// The slot's heap buffer; taking it leaves the slot to allocate anew.
+    Heap(&'a mut Vec<u8>),
+}
+
+impl Payload<'_> {
+    pub(super) fn bytes(&self) -> &[u8] {
+        match self {
+            Payload::Inline(b) => b,
+            Payload::Heap(v) => v,
+        }
+    }
+
+    /// The message as an owned buffer: the heap buffer itself when there is
+    /// one, a new one for an inline message.
+    pub(super) fn into_vec(self) -> Vec<u8> {
+        match self {
+            Payload::Inline(b) => b.to_vec(),
+            Payload::Heap(v) => std::mem::take(v),
+        }
+    }
 }
 
 pub(super) struct Ring {
@@ -60,6 +102,9 @@ pub(super) struct Ring {
     /// Written by senders.
     pub(super) tail: CachePadded<AtomicU64>,
     slots: Box<[Slot]>,
+    /// Heap buffers for long messages, one per slot, apart from the slots
+    /// so the short-message path never touches them.
+    bufs: Box<[SlotBuf]>,
     cap: u64,
 }
 
@@ -93,18 +138,21 @@ impl Ring {
     /// aborting when a huge capacity cannot be had.
     pub(super) fn new(cap: usize) -> Result<Ring> {
         let mut slots = Vec::new();
-        if slots.try_reserve_exact(cap).is_err() {
+        let mut bufs = Vec::new();
+        if slots.try_reserve_exact(cap).is_err() || bufs.try_reserve_exact(cap).is_err() {
             return Err(Error::Os(io::Error::from_raw_os_error(libc::ENOMEM)));
         }
         slots.extend((0..cap as u64).map(|i| Slot {
             stamp: AtomicU64::new(2 * i),
             len: AtomicUsize::new(0),
-            buf: SlotBuf::new(),
+            inline: Default::default(),
         }));
+        bufs.extend((0..cap).map(|_| SlotBuf::new()));
         Ok(Ring {
             head: CachePadded(AtomicU64::new(0)),
             tail: CachePadded(AtomicU64::new(0)),
             slots: slots.into_boxed_slice(),
+            bufs: bufs.into_boxed_slice(),
             cap: cap as u64,
         })
     }
@@ -113,8 +161,50 @@ impl Ring {
         self.cap
     }
 
+    fn index(&self, pos: u64) -> usize {
+        (pos % self.cap) as usize
+    }
+
     fn slot(&self, pos: u64) -> &Slot {
-        &self.slots[(pos % self.cap) as usize]
+        &self.slots[self.index(pos)]
+    }
+
+    /// Stores message `pos` (its slot is the caller's by the stamp).
+    fn write(&self, pos: u64, msg: &[u8]) {
+        let slot = self.slot(pos);
+        if msg.len() <= INLINE_MAX {
+            for (word, chunk) in slot.inline.iter().zip(msg.chunks(8)) {
+                let mut w = [0u8; 8];
+                w[..chunk.len()].copy_from_slice(chunk);
+                word.store(u64::from_ne_bytes(w), Ordering::Relaxed);
+            }
+        } else {
+            let mut buf = self.bufs[self.index(pos)].lock();
+            buf.clear();
+            buf.extend_from_slice(msg);
+        }
+        slot.len.store(msg.len(), Ordering::Relaxed);
+    }
+
+    /// Hands message `pos`, `len` bytes long, to `take` (its slot is the
+    /// caller's by the stamp).
+    fn read<T>(&self, pos: u64, len: usize, take: &mut impl FnMut(Payload<'_>) -> T) -> T {
+        if len <= INLINE_MAX {
+            let mut out = [0u8; INLINE_MAX];
+            let slot = self.slot(pos);
+            for (word, chunk) in slot.inline.iter().zip(out[..len].chunks_mut(8)) {
+                let w = word.load(Ordering::Relaxed).to_ne_bytes();
+                chunk.copy_from_slice(&w[..chunk.len()]);
+            }
+            take(Payload::Inline(&out[..len]))
+        } else {
+            let mut buf = self.bufs[self.index(pos)].lock();
+            let value = take(Payload::Heap(&mut buf));
+            if buf.capacity() > SPARE_BUF_MAX {
+                *buf = Vec::new();
+            }
+            value
+        }
     }
 
     /// Queues a copy of `msg` unless the ring is full or closed.
@@ -136,11 +226,7 @@ impl Ring {
                     Ordering::Relaxed,
                 ) {
                     Ok(_) => {
-                        let mut buf = slot.buf.lock();
-                        buf.clear();
-                        buf.extend_from_slice(msg);
-                        drop(buf);
-                        slot.len.store(msg.len(), Ordering::Relaxed);
+                        self.write(pos, msg);
                         slot.stamp.store(2 * pos + 1, Ordering::Release);
                         return Ok(Claimed {
                             value: (),
@@ -173,7 +259,7 @@ impl Ring {
     pub(super) fn pop<T>(
         &self,
         accept: impl Fn(usize) -> bool,
-        take: &mut impl FnMut(&mut Vec<u8>) -> T,
+        take: &mut impl FnMut(Payload<'_>) -> T,
     ) -> Pop<T> {
         let mut backoff = Backoff::new();
         let mut head = self.head.load(Ordering::Relaxed);
@@ -200,12 +286,7 @@ impl Ring {
                     Ordering::Relaxed,
                 ) {
                     Ok(_) => {
-                        let mut buf = slot.buf.lock();
-                        let value = take(&mut buf);
-                        if buf.capacity() > SPARE_BUF_MAX {
-                            *buf = Vec::new();
-                        }
-                        drop(buf);
+                        let value = self.read(pos, len, take);
                         slot.stamp.store(2 * (pos + self.cap), Ordering::Release);
                         return Pop::Took(Claimed {
                             value,
@@ -251,7 +332,8 @@ impl Ring {
         let head = position(self.head.load(Ordering::SeqCst));
         let tail = position(self.tail.load(Ordering::SeqCst));
         for p in head..tail {
-            f(&self.slot(p).buf.lock());
+            let len = self.len_at(p);
+            self.read(p, len, &mut |m: Payload<'_>| f(m.bytes()));
         }
         tail - head
     }
