@@ -106,6 +106,8 @@ pub(super) struct Ring {
     /// so the short-message path never touches them.
     bufs: Box<[SlotBuf]>,
     cap: u64,
+    /// `cap - 1` if `cap` is a power of two above 1, else 0.
+    mask: u64,
 }
 
 /// Why a push did not happen.
@@ -154,6 +156,11 @@ impl Ring {
             slots: slots.into_boxed_slice(),
             bufs: bufs.into_boxed_slice(),
             cap: cap as u64,
+            mask: if cap > 1 && cap.is_power_of_two() {
+                cap as u64 - 1
+            } else {
+                0
+            },
         })
     }
 
@@ -162,7 +169,13 @@ impl Ring {
     }
 
     fn index(&self, pos: u64) -> usize {
-        (pos % self.cap) as usize
+        // A mask when the capacity allows it: a division is ~25 cycles, and
+        // every send and receive indexes at least twice.
+        if self.mask != 0 {
+            (pos & self.mask) as usize
+        } else {
+            (pos % self.cap) as usize
+        }
     }
 
     fn slot(&self, pos: u64) -> &Slot {
@@ -317,6 +330,18 @@ impl Ring {
     /// next receive reads anyway.
     pub(super) fn is_ready(&self, pos: u64) -> bool {
         self.slot(pos).stamp.load(Ordering::Acquire) == 2 * pos + 1
+    }
+
+    /// Whether message `pos` (already sent) has been received: its slot has
+    /// moved on to the sender of `pos + cap` or later. Stamps only grow.
+    pub(super) fn is_taken(&self, pos: u64) -> bool {
+        self.slot(pos).stamp.load(Ordering::Acquire) >= 2 * (pos + self.cap)
+    }
+
+    /// Whether the slot of message `pos` is free for it or beyond (message
+    /// `pos - cap` has been received): false means the ring is full at `pos`.
+    pub(super) fn is_free_for(&self, pos: u64) -> bool {
+        self.slot(pos).stamp.load(Ordering::Acquire) >= 2 * pos
     }
 
     /// The length of message `pos`, for counting what is queued. Only
