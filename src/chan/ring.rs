@@ -186,10 +186,19 @@ impl Ring {
     fn write(&self, pos: u64, msg: &[u8]) {
         let slot = self.slot(pos);
         if msg.len() <= INLINE_MAX {
-            for (word, chunk) in slot.inline.iter().zip(msg.chunks(8)) {
-                let mut w = [0u8; 8];
-                w[..chunk.len()].copy_from_slice(chunk);
+            // Whole words apart from the tail, so the compiler emits plain
+            // moves rather than a memcpy call per word.
+            let whole = msg.chunks_exact(8);
+            let tail = whole.remainder();
+            let n = msg.len() / 8;
+            for (word, chunk) in slot.inline.iter().zip(whole) {
+                let w: [u8; 8] = chunk.try_into().expect("8-byte chunk");
                 word.store(u64::from_ne_bytes(w), Ordering::Relaxed);
+            }
+            if !tail.is_empty() {
+                let mut w = [0u8; 8];
+                w[..tail.len()].copy_from_slice(tail);
+                slot.inline[n].store(u64::from_ne_bytes(w), Ordering::Relaxed);
             }
         } else {
             let mut buf = self.bufs[self.index(pos)].lock();
@@ -205,9 +214,15 @@ impl Ring {
         if len <= INLINE_MAX {
             let mut out = [0u8; INLINE_MAX];
             let slot = self.slot(pos);
-            for (word, chunk) in slot.inline.iter().zip(out[..len].chunks_mut(8)) {
-                let w = word.load(Ordering::Relaxed).to_ne_bytes();
-                chunk.copy_from_slice(&w[..chunk.len()]);
+            // Every word the message touches, whole: the bytes past `len`
+            // are the stored word's padding and are not handed out.
+            for (word, chunk) in slot
+                .inline
+                .iter()
+                .zip(out.chunks_exact_mut(8))
+                .take(len.div_ceil(8))
+            {
+                chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
             }
             take(Payload::Inline(&out[..len]))
         } else {
