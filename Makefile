@@ -275,6 +275,12 @@ bench: | need-cargo
 	$(CARGO) bench --bench side_by_side -- $(BENCH_ARGS)
 test-bench-smoke: | need-cargo
 	$(CARGO) bench --bench side_by_side -- --smoke
+# `make bench-go`: the Go binding against Go's buffered channel, in one run
+# (bindings/go/bench_test.go), linked to the test install of the library.
+GO_BENCH_ARGS ?= -bench . -count 5
+.PHONY: bench-go
+bench-go: need-go $(TEST_STAMP)
+	cd $(GO_DIR) && $(GO_ENV) $(GO) test -run '^$$' -benchmem $(GO_BENCH_ARGS)
 # --- End of benchmark section -----------------------------------------------
 
 # Removes every build output (cargo's target dir and build/).

@@ -49,8 +49,39 @@ fn main() {
         .with_config(config)
         .generate()
         .expect("cbindgen generates the header");
-    bindings.write_to_file(out_dir.join("eventq.h"));
+    let mut text = Vec::new();
+    bindings.write(&mut text);
+    let text = squeeze_blank_lines(&String::from_utf8(text).expect("cbindgen writes UTF-8"));
+    write_if_changed(&out_dir.join("eventq.h"), &text);
     if env::var_os("EVENTQ_UPDATE_HEADER").is_some_and(|v| v == "1") {
-        bindings.write_to_file(crate_dir.join("include/eventq.h"));
+        write_if_changed(&crate_dir.join("include/eventq.h"), &text);
     }
+}
+
+/// cbindgen leaves a blank line for each constant the config excludes; one
+/// blank line between items is enough.
+fn squeeze_blank_lines(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut blank = false;
+    for line in text.lines() {
+        if line.trim().is_empty() {
+            if blank {
+                continue;
+            }
+            blank = true;
+        } else {
+            blank = false;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// Writes only on a change, so the header's mtime moves only when it does.
+fn write_if_changed(path: &std::path::Path, text: &str) {
+    if std::fs::read_to_string(path).is_ok_and(|old| old == text) {
+        return;
+    }
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
 }

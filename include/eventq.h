@@ -43,39 +43,16 @@
 /** Timeout meaning "wait without limit" (timeout_ns arguments). */
 #define EVENTQ_FOREVER ((int64_t)-1)
 
-
-/**
- * The largest capacity a channel accepts. A channel's slots (48 bytes
- * each, plus each slot's reused buffer) are allocated when it is created,
- * so a capacity is a memory commitment, not just a bound.
- */
-#define MAX_CAPACITY (1 << 24)
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 /**
  * Maximum message size when the options set neither it nor a byte limit.
  */
 #define EVENTQ_DEFAULT_MAX_MSG_SIZE (1 << 20)
 
 /**
- * The largest capacity accepted. Slots (48 bytes each, plus each slot's
- * reused message buffer) are allocated by eventq_chan_new, so a capacity
- * is a memory commitment.
+ * The largest capacity accepted. Slots (96 bytes each, plus the reused
+ * buffer of each slot that has carried a message over 48 bytes) are
+ * allocated by eventq_chan_new, so a capacity is a memory commitment:
+ * about 1.5 GiB at this maximum.
  */
 #define EVENTQ_MAX_CAPACITY (1 << 24)
 

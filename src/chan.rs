@@ -39,9 +39,10 @@ use self::ring::{
 use crate::error::{Error, Result};
 use crate::sync::{fence, AtomicU64, AtomicUsize, Condvar, EventFd, Mutex, MutexGuard, Ordering};
 
-/// The largest capacity a channel accepts. A channel's slots (48 bytes
-/// each, plus each slot's reused buffer) are allocated when it is created,
-/// so a capacity is a memory commitment, not just a bound.
+/// The largest capacity a channel accepts. A channel's slots (96 bytes
+/// each, plus the reused buffer of each slot that has carried a message over
+/// 48 bytes) are allocated when it is created, so a capacity is a memory
+/// commitment, not just a bound: about 1.5 GiB at this maximum.
 pub const MAX_CAPACITY: usize = 1 << 24;
 
 /// Maximum message size when the options do not set one.

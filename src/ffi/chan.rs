@@ -22,9 +22,10 @@ pub const EVENTQ_LOW_WATER_DEFAULT: usize = usize::MAX;
 pub const EVENTQ_DEFAULT_MAX_MSG_SIZE: usize = 1 << 20;
 const _: () = assert!(EVENTQ_DEFAULT_MAX_MSG_SIZE == crate::chan::DEFAULT_MAX_MSG_SIZE);
 
-/// The largest capacity accepted. Slots (48 bytes each, plus each slot's
-/// reused message buffer) are allocated by eventq_chan_new, so a capacity
-/// is a memory commitment.
+/// The largest capacity accepted. Slots (96 bytes each, plus the reused
+/// buffer of each slot that has carried a message over 48 bytes) are
+/// allocated by eventq_chan_new, so a capacity is a memory commitment:
+/// about 1.5 GiB at this maximum.
 pub const EVENTQ_MAX_CAPACITY: usize = 1 << 24;
 const _: () = assert!(EVENTQ_MAX_CAPACITY == crate::chan::MAX_CAPACITY);
 
