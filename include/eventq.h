@@ -502,6 +502,10 @@ int eventq_chan_free_final(struct eventq_chan *chan, struct eventq_chan_stats *o
  * the channel is closed (D4). Owned by the channel: poll it, never read,
  * write or close it. -EINVAL for NULL.
  *
+ * Several consumers may poll it; each wakes when it becomes readable. Do
+ * not register it with EPOLLEXCLUSIVE: after close it stays readable with
+ * no further event, so only one exclusive waiter would ever wake.
+ *
  * Thread safety: any thread.
  */
 int eventq_chan_recv_fd(const struct eventq_chan *chan);

@@ -298,6 +298,10 @@ pub extern "C" fn eventq_chan_free_final(
 /// the channel is closed (D4). Owned by the channel: poll it, never read,
 /// write or close it. -EINVAL for NULL.
 ///
+/// Several consumers may poll it; each wakes when it becomes readable. Do
+/// not register it with EPOLLEXCLUSIVE: after close it stays readable with
+/// no further event, so only one exclusive waiter would ever wake.
+///
 /// Thread safety: any thread.
 #[no_mangle]
 pub extern "C" fn eventq_chan_recv_fd(chan: *const eventq_chan) -> c_int {
