@@ -524,7 +524,11 @@ int eventq_chan_send_fd(const struct eventq_chan *chan);
 
 /**
  * Queues a copy of the `len` bytes at `data` (NULL only with len 0; empty
- * messages are messages). Waits for room as `timeout_ns` says.
+ * messages are messages). Waits for room as `timeout_ns` says. A sender
+ * waiting on a full channel resumes when it drains to its low-water mark
+ * (when the send fd becomes readable) or closes, and tries once more at
+ * the deadline; `low_water = capacity - 1` resumes it at the first
+ * receive.
  *
  * Returns 0; -EAGAIN (timeout 0) or -ETIMEDOUT when there was no room;
  * -EPIPE when closed; -EMSGSIZE when len exceeds the maximum message size;
