@@ -19,7 +19,7 @@
 //!   that is never contended (the stamp already serialises its users) and
 //!   exists so this file needs no `unsafe`. A profile of the first version,
 //!   which put every message behind that mutex, showed its lock and unlock
-//!   as a third of the 8-byte send and receive.
+//!   as a third of the 8-byte send and a sixth of the receive.
 //! - Buffers stay in their slots, so the steady-state copy path allocates
 //!   nothing.
 
