@@ -455,9 +455,10 @@ impl Chan {
         Ok(c.value)
     }
 
-    /// Receives the head message as an owned buffer: no copy, the queued
-    /// buffer itself is handed over (its slot allocates a new one on the
-    /// next send through it).
+    /// Receives the head message as an owned buffer. A message over 48
+    /// bytes is handed over without a copy (its slot allocates a new buffer
+    /// on the next long send through it); a shorter one, stored in the slot
+    /// itself, is copied into a new `Vec`. `recv_into` never allocates.
     pub fn recv(&self, wait: Wait) -> Result<Vec<u8>> {
         let sh = &*self.shared;
         let c = sh.pop_waiting(wait, |_| true, &mut |m: Payload<'_>| m.into_vec())?;
