@@ -631,12 +631,13 @@ impl Shared {
         // (reading it on every send cost a line transfer per message both
         // ways: a quarter of the 1P1C time in a profile). The depth at our
         // last message exceeds the peak iff the message `peak` places before
-        // it is still queued; then, and so at most once per new peak, the
-        // head is read for the exact depth.
+        // it (`end - 1 - peak`) is still queued, i.e. its slot is not yet
+        // free for the message `cap` after it; then, and so at most once per
+        // new peak, the head is read for the exact depth.
         let end = p.last_pos + 1;
         let cap = self.ring.cap();
         let peak = self.peak_depth.load(Ordering::Relaxed);
-        if peak < cap && end > peak && !self.ring.is_taken(end - 1 - peak) {
+        if peak < cap && end > peak && !self.ring.is_free_for(end - 1 - peak + cap) {
             let head = position(self.ring.head.load(Ordering::Relaxed));
             // A head read late only overstates the depth; capped at capacity.
             let depth = end.saturating_sub(head).min(cap);

@@ -184,7 +184,8 @@ impl Ring {
 
     /// Stores message `pos` (its slot is the caller's by the stamp).
     fn write(&self, pos: u64, msg: &[u8]) {
-        let slot = self.slot(pos);
+        let i = self.index(pos);
+        let slot = &self.slots[i];
         if msg.len() <= INLINE_MAX {
             // Whole words apart from the tail, so the compiler emits plain
             // moves rather than a memcpy call per word.
@@ -201,7 +202,7 @@ impl Ring {
                 slot.inline[n].store(u64::from_ne_bytes(w), Ordering::Relaxed);
             }
         } else {
-            let mut buf = self.bufs[self.index(pos)].lock();
+            let mut buf = self.bufs[i].lock();
             buf.clear();
             buf.extend_from_slice(msg);
         }
@@ -347,14 +348,10 @@ impl Ring {
         self.slot(pos).stamp.load(Ordering::Acquire) == 2 * pos + 1
     }
 
-    /// Whether message `pos` (already sent) has been received: its slot has
-    /// moved on to the sender of `pos + cap` or later. Stamps only grow.
-    pub(super) fn is_taken(&self, pos: u64) -> bool {
-        self.slot(pos).stamp.load(Ordering::Acquire) >= 2 * (pos + self.cap)
-    }
-
     /// Whether the slot of message `pos` is free for it or beyond (message
     /// `pos - cap` has been received): false means the ring is full at `pos`.
+    /// Stamps only grow, so `is_free_for(q + cap)` says message `q` has been
+    /// received.
     pub(super) fn is_free_for(&self, pos: u64) -> bool {
         self.slot(pos).stamp.load(Ordering::Acquire) >= 2 * pos
     }
