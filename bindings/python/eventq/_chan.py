@@ -109,12 +109,16 @@ class _Scratch(threading.local):
 _scratch = _Scratch()
 
 
+def _bad_timeout(timeout: object) -> InvalidArgument:
+    return InvalidArgument(_errno.EINVAL, f"timeout={timeout!r}: must be None or >= 0 (seconds)")
+
+
 def _timeout_ns(timeout: Optional[float]) -> int:
     """The C timeout for a Python one: None waits forever, 0 never waits."""
     if timeout is None:
         return _FOREVER
     if timeout < 0:
-        raise InvalidArgument(_errno.EINVAL, f"timeout {timeout!r}: must be None or >= 0")
+        raise _bad_timeout(timeout)
     if timeout == 0:
         return 0
     return max(1, int(timeout * 1e9))
@@ -297,6 +301,8 @@ class Chan:
         maximum message size, WouldBlock/Timeout when there was no room;
         on any error nothing was queued.
         """
+        if timeout is not None and timeout < 0:
+            raise _bad_timeout(timeout)
         p = self._handle()
         c_data, n = _as_c_data(data)
         rc = _c_send(p, c_data, n, 0)
@@ -363,6 +369,8 @@ class Chan:
         many were queued; the rest were not and stay the caller's. Raises
         as send() when not even the first could be queued.
         """
+        if timeout is not None and timeout < 0:
+            raise _bad_timeout(timeout)
         p = self._handle()
         if not msgs:
             return 0
@@ -411,6 +419,8 @@ class Chan:
         Raises Closed at end of stream (closed and drained), WouldBlock or
         Timeout when no message came.
         """
+        if timeout is not None and timeout < 0:
+            raise _bad_timeout(timeout)
         if self._stash:
             m = self._unstash()
             if m is not _NOTHING:
@@ -428,7 +438,12 @@ class Chan:
         Raises MessageTooLarge (with `needed`) if the buffer is too small:
         the message stays queued (D7). Otherwise as recv().
         """
-        view = ffi.from_buffer(buffer, require_writable=True)
+        if timeout is not None and timeout < 0:
+            raise _bad_timeout(timeout)
+        try:
+            view = ffi.from_buffer(buffer, require_writable=True)
+        except BufferError as e:
+            raise TypeError(f"recv_into needs a writable contiguous buffer, not {type(buffer).__name__}") from e
         cap = len(view)
         if self._stash:
             m = self._unstash()
@@ -515,6 +530,8 @@ class Chan:
     def recv_batch(self, max_msgs: int = 64, timeout: Optional[float] = None) -> list[bytes]:
         """Receives up to `max_msgs` messages in one call (at least one),
         waiting as `timeout` says only for the first. Raises as recv()."""
+        if timeout is not None and timeout < 0:
+            raise _bad_timeout(timeout)
         max_msgs = _max_msgs_arg(max_msgs)
         if self._stash:
             msgs = self._unstash_batch(max_msgs)
@@ -540,8 +557,6 @@ class Chan:
     async def _await(self, p: Any, timeout: Optional[float], fd: int, attempt: Any) -> Any:
         """asyncio twin of _wait: waits for fd in the running loop, then
         retries attempt(0) in the coroutine (never in a callback)."""
-        if timeout is not None and timeout < 0:
-            raise InvalidArgument(_errno.EINVAL, f"timeout {timeout!r}: must be None or >= 0")
         if timeout == 0:
             raise WouldBlock(_errno.EAGAIN, strerror(_EAGAIN))
         loop = asyncio.get_running_loop()
@@ -560,6 +575,8 @@ class Chan:
         Cancelling it loses nothing: a message is taken only by the
         coroutine itself, after the wait, with no await in between.
         """
+        if timeout is not None and timeout < 0:
+            raise _bad_timeout(timeout)
         if self._stash:
             m = self._unstash()
             if m is not _NOTHING:
@@ -572,6 +589,8 @@ class Chan:
 
     async def recv_batch_async(self, max_msgs: int = 64, timeout: Optional[float] = None) -> list[bytes]:
         """recv_batch() for asyncio (see recv_async)."""
+        if timeout is not None and timeout < 0:
+            raise _bad_timeout(timeout)
         max_msgs = _max_msgs_arg(max_msgs)
         if self._stash:
             msgs = self._unstash_batch(max_msgs)
@@ -585,6 +604,8 @@ class Chan:
 
     async def send_async(self, data: Buffer, timeout: Optional[float] = None) -> None:
         """send() for asyncio: waits on the send fd in the running loop."""
+        if timeout is not None and timeout < 0:
+            raise _bad_timeout(timeout)
         p = self._handle()
         c_data, n = _as_c_data(data)
         if self._send_once(p, c_data, n, 0):
@@ -593,6 +614,8 @@ class Chan:
 
     async def send_batch_async(self, msgs: Sequence[Buffer], timeout: Optional[float] = None) -> int:
         """send_batch() for asyncio: returns how many were queued."""
+        if timeout is not None and timeout < 0:
+            raise _bad_timeout(timeout)
         p = self._handle()
         if not msgs:
             return 0
