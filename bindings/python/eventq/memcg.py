@@ -8,11 +8,10 @@ iterator of MemoryEvent, one per kernel wake-up with the kernel's count
         async for ev in watch:          # ends after the REMOVED event
             print(ev.count, "crossing(s), usage now", ev.usage)
 
-Each watch runs one source on a libeventq loop of its own, whose fd the
-iterator waits on (asyncio: add_reader; blocking: poll); the callbacks run
-inside the iterator's own call, on its thread. Registration happens when
-the watch is made, so a missing controller or permission is raised there,
-as a CgroupError with the library's explanation.
+Each watch runs one source on a libeventq loop of its own, in a thread of
+its own; events reach the iterator through a channel. Registration happens
+when the watch is made, so a missing controller or permission is raised
+there, as a CgroupError with the library's explanation.
 
 This module is the only user of the library's memory-pressure calls, kept
 apart because that part of the C API is about to change shape.
@@ -26,11 +25,12 @@ import enum
 import errno as _errno
 import operator
 import os
+import threading
 from typing import Any, Callable, Optional, Union
 
-from ._errors import Error, InvalidArgument
+from ._chan import Chan
+from ._errors import Error, InvalidArgument, WouldBlock
 from ._ffi import ffi, lib
-from ._wait import poll_fd, wait_readable
 
 __all__ = [
     "Cgroup",
@@ -248,15 +248,48 @@ class Cgroup:
         return f"<eventq.memcg.Cgroup v1={self.v1_dir!r} v2={self.v2_dir!r}>"
 
 
+class _Sink:
+    """Where a watch's loop thread leaves events for the consumer: a deque,
+    and a doorbell channel (capacity 1) holding a message while there may be
+    events to take. The callback appends, then rings; the consumer takes
+    the ring, then empties the deque, so no event is left unsignalled."""
+
+    __slots__ = ("events", "bell", "failure", "lp")
+
+    def __init__(self) -> None:
+        self.events: collections.deque[MemoryEvent] = collections.deque()
+        self.bell = Chan(1)
+        self.failure: Optional[BaseException] = None
+        self.lp: Any = None
+
+    def ring(self) -> None:
+        try:
+            self.bell.send(b"", timeout=0)
+        except WouldBlock:  # already rung, not yet taken
+            pass
+
+
 @ffi.callback("int(eventq_source *, const eventq_memcg_event *, void *)")
 def _on_event(src: Any, ev: Any, userdata: Any) -> int:
-    """The C callback of every watch: copies the event into its Watch."""
-    watch = ffi.from_handle(userdata)
+    """The C callback of every watch (on its loop thread): copies the event out."""
+    sink: _Sink = ffi.from_handle(userdata)
     try:
-        watch._events.append(_event_of(ev))
+        event = _event_of(ev)
+        sink.events.append(event)
+        if event.kind == Kind.REMOVED:  # the source is disabled now: nothing more will come
+            lib.eventq_loop_stop(sink.lp)
     except BaseException as e:  # kept for the iterator; C must not see it
-        watch._failure = e
+        sink.failure = e
+    sink.ring()
     return 0
+
+
+def _run_loop(lp: Any, sink: _Sink) -> None:
+    """A watch's thread: the library's loop, until stopped."""
+    rc = lib.eventq_loop_run(lp)
+    if rc < 0:
+        sink.failure = _error(rc, "eventq_loop_run")
+        sink.ring()
 
 
 class Watch:
@@ -266,44 +299,49 @@ class Watch:
     event until the cgroup is removed: the REMOVED event is the last. A
     system-wide PSI trigger never ends. One consumer at a time; close()
     (or `with`/`async with`) stops the source and frees its fds.
+
+    The source runs on a libeventq loop of its own, in a thread of its own
+    that blocks in the loop's epoll_wait; events reach the consumer through
+    a channel. (Polling the loop's fd from asyncio instead would nest it
+    in another epoll, and that outer poll consumes a PSI trigger's event
+    before the loop can see it.)
     """
 
     def __init__(self, what: str, add: Callable[[Any, Any, Any, Any], int]) -> None:
         self.what = what  #: what is watched, for messages
-        self._events: collections.deque[MemoryEvent] = collections.deque()
-        self._failure: Optional[BaseException] = None
         self._ended = False
+        self._thread: Optional[threading.Thread] = None
         out = ffi.new("eventq_loop **")
         rc = lib.eventq_loop_new(out)
         if rc < 0:
             raise _error(rc, "eventq_loop_new")
         self._loop: Any = ffi.gc(out[0], lib.eventq_loop_free)
-        self._userdata = ffi.new_handle(self)
+        self._sink = sink = _Sink()
+        sink.lp = out[0]
+        self._userdata = ffi.new_handle(sink)
         rc = add(self._loop, _on_event, self._userdata, ffi.NULL)
         if rc < 0:
-            self.close()
+            self._loop = None
             raise _error(rc, what)
-        self._fd = lib.eventq_loop_fd(self._loop)
+        # The thread holds the loop and the sink, never the Watch, so a
+        # forgotten Watch is still collected (and its __del__ stops it).
+        self._thread = threading.Thread(
+            target=_run_loop, args=(self._loop, sink), name=f"eventq memcg: {what}", daemon=True
+        )
+        self._thread.start()
 
     def fileno(self) -> int:
-        """The fd of the watch's loop: readable while it has an event to deliver."""
-        return self._fd
-
-    def _dispatch(self) -> None:
-        """Runs the source's callbacks for what is ready (no waiting)."""
-        if self._loop is None:
-            raise ValueError(f"{self.what}: the watch is closed")
-        rc = lib.eventq_loop_run_once(self._loop, 0)
-        if rc < 0:
-            raise _error(rc, f"{self.what}: eventq_loop_run_once")
+        """An fd readable while events may be waiting (then call poll())."""
+        return self._sink.bell.fileno()
 
     def _next_ready(self) -> Optional[MemoryEvent]:
-        """The next event already copied out; StopIteration at the end."""
-        if self._failure is not None:
-            failure, self._failure = self._failure, None
+        """The next event already copied out, or None; StopIteration at the end."""
+        sink = self._sink
+        if sink.failure is not None:
+            failure, sink.failure = sink.failure, None
             raise failure
-        if self._events:
-            ev = self._events.popleft()
+        if sink.events:
+            ev = sink.events.popleft()
             if ev.kind == Kind.REMOVED:
                 self._ended = True
             return ev
@@ -312,10 +350,14 @@ class Watch:
         return None
 
     def poll(self) -> list[MemoryEvent]:
-        """The events that are ready now, without waiting (for callers that
-        wait on fileno() in a loop of their own)."""
+        """The events that are ready now, without waiting."""
+        if self._loop is None:
+            raise ValueError(f"{self.what}: the watch is closed")
+        try:
+            self._sink.bell.recv(timeout=0)
+        except WouldBlock:
+            pass
         out = []
-        self._dispatch()
         try:
             while (ev := self._next_ready()) is not None:
                 out.append(ev)
@@ -327,13 +369,12 @@ class Watch:
         return self
 
     def __next__(self) -> MemoryEvent:
-        """The next event, waiting for it in poll() (Ctrl-C interrupts)."""
+        """The next event, waiting for it (in the main thread Ctrl-C interrupts)."""
         while True:
             ev = self._next_ready()
             if ev is not None:
                 return ev
-            poll_fd(self._fd, None)
-            self._dispatch()
+            self._sink.bell.recv()
 
     def __aiter__(self) -> "Watch":
         return self
@@ -347,13 +388,26 @@ class Watch:
                 raise StopAsyncIteration from None
             if ev is not None:
                 return ev
-            await wait_readable(self._fd, None)
-            self._dispatch()
+            await self._sink.bell.recv_async()
 
     def close(self) -> None:
-        """Removes the source and frees its loop; iteration then ends."""
-        self._loop = None
+        """Stops the source and its thread and frees its loop; iteration then
+        ends (events already delivered are still returned). Idempotent."""
+        lp, self._loop = self._loop, None
+        if lp is None:
+            return
+        if self._thread is not None:
+            lib.eventq_loop_stop(lp)
+            self._thread.join()
+        del lp  # the loop and its source go here
         self._userdata = None
+        self._sink.ring()  # wakes a consumer waiting on the bell
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
 
     def __enter__(self) -> "Watch":
         return self

@@ -63,6 +63,17 @@ async def run(directory: str, nbytes: int, stall_us: int) -> int:
     except memcg.CgroupError as e:
         print(f"memwatch: {e.strerror}", file=sys.stderr)
         return 1
+    # Signals first: once the header is printed, SIGINT/SIGTERM end it cleanly.
+    loop = asyncio.get_running_loop()
+    stop = loop.create_future()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+
+        def on_signal(sig: int = sig) -> None:
+            print(f"{stamp()} signal {sig}: exiting", flush=True)
+            if not stop.done():
+                stop.set_result(None)
+
+        loop.add_signal_handler(sig, on_signal)
     ending: list[memcg.Watch] = []  # watches that end with a removal
     others: list[memcg.Watch] = []
     with cg:
@@ -111,16 +122,6 @@ async def run(directory: str, nbytes: int, stall_us: int) -> int:
         async for ev in w:
             print(stamp(), describe(ev), flush=True)
 
-    loop = asyncio.get_running_loop()
-    stop = loop.create_future()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-
-        def on_signal(sig: int = sig) -> None:
-            print(f"{stamp()} signal {sig}: exiting", flush=True)
-            if not stop.done():
-                stop.set_result(None)
-
-        loop.add_signal_handler(sig, on_signal)
     tasks = [asyncio.ensure_future(pump(w)) for w in ending + others]
     removed = asyncio.ensure_future(asyncio.gather(*tasks[: len(ending)]))
     try:
