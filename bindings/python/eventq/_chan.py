@@ -22,6 +22,7 @@ receive on this Chan returns it first.
 
 from __future__ import annotations
 
+import array as _array
 import asyncio
 import collections
 import dataclasses
@@ -29,6 +30,7 @@ import errno as _errno
 import operator
 import threading
 import time
+from itertools import accumulate as _accumulate
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, Optional, Union
 
@@ -45,7 +47,12 @@ _EPIPE = -_errno.EPIPE
 _EMSGSIZE = -_errno.EMSGSIZE
 _SIZE_MAX = ffi.cast("size_t", -1)
 _SIZE_MAX = int(_SIZE_MAX)
+_SIZE_T = ffi.sizeof("size_t")
 _SCRATCH_MIN = 64 * 1024
+# eventq_buf is {pointer, size_t}: the fast batch path fills it as words of
+# an array.array of this typecode.
+_WORD = next((c for c in "QLI" if _array.array(c).itemsize == _SIZE_T), None)
+_BUF_AS_WORDS = _WORD is not None and ffi.sizeof("eventq_buf") == 2 * _SIZE_T and ffi.sizeof("void *") == _SIZE_T
 _MAIN = threading.main_thread()
 
 _c_send = lib.eventq_chan_send
@@ -142,6 +149,41 @@ def _as_c_data(data: Buffer) -> tuple[Any, int]:
     if not view.contiguous:
         raise ValueError("a message must be a contiguous buffer")
     return ffi.from_buffer(view), view.nbytes
+
+
+def _pack_batch(msgs: Sequence[Buffer]) -> tuple[Any, Any]:
+    """An eventq_buf array for msgs, and what must stay alive while it is used.
+
+    Fast path: the messages joined into one buffer and the array filled as
+    (address, length) words by cffi in C, so the per-message work stays in
+    C-level loops. Anything unusual (not bytes-like, items wider than a
+    byte) goes through the per-message path, which also gives the errors.
+    """
+    if _BUF_AS_WORDS:
+        try:
+            joined = b"".join(msgs)  # type: ignore[arg-type]
+            lens = list(map(len, msgs))
+        except (TypeError, BufferError):
+            pass
+        else:
+            if sum(lens) == len(joined):
+                base = ffi.from_buffer(joined)
+                words = [0] * (2 * len(lens))
+                words[0::2] = _accumulate(lens[:-1], initial=int(ffi.cast("uintptr_t", base)))
+                words[1::2] = lens
+                arr = _array.array(_WORD, words)
+                return ffi.cast("eventq_buf *", ffi.from_buffer(arr)), (arr, base)
+    bufs = ffi.new("eventq_buf[]", len(msgs))
+    keep = []  # the cdata that own the pointers in bufs
+    for i, m in enumerate(msgs):
+        c_data, n = _as_c_data(m)
+        if type(c_data) is bytes:
+            c_data = ffi.from_buffer(c_data)
+        keep.append(c_data)
+        b = bufs[i]
+        b.data = c_data
+        b.len = n
+    return bufs, keep
 
 
 def _max_msgs_arg(max_msgs: int) -> int:
@@ -336,19 +378,10 @@ class Chan:
         """attempt(timeout_ns) for _wait: one eventq_chan_send_batch of msgs,
         returning how many were queued, or _NOTHING when there was no room."""
         count = len(msgs)
-        bufs = ffi.new("eventq_buf[]", count)
-        keep = []  # the cdata that own the pointers in bufs
-        for i, m in enumerate(msgs):
-            c_data, n = _as_c_data(m)
-            if type(c_data) is bytes:
-                c_data = ffi.from_buffer(c_data)
-            keep.append(c_data)
-            b = bufs[i]
-            b.data = c_data
-            b.len = n
+        bufs, keep = _pack_batch(msgs)
         first_len = bufs[0].len
 
-        def attempt(ns: int, keep: list[Any] = keep) -> Any:
+        def attempt(ns: int, keep: Any = keep) -> Any:
             rc = _c_send_batch(p, bufs, count, ns)
             if rc > 0:
                 return rc
@@ -483,7 +516,7 @@ class Chan:
         lens = s.lens_for(max_msgs)
         while True:
             buf, cap = s.buf, s.cap
-            ffi.memmove(lens, s.unset, max_msgs * 8)
+            ffi.memmove(lens, s.unset, max_msgs * _SIZE_T)
             try:
                 rc = _c_recv_batch(p, buf, cap, lens, max_msgs, ns)
                 if rc > 0:

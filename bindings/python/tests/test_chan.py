@@ -90,6 +90,11 @@ def test_batches() -> None:
         assert got == big
         with pytest.raises(BlockingIOError):
             ch.recv_batch(8, timeout=0)
+        import array
+
+        wide = array.array("I", [1, 2, 3])  # items wider than a byte: sent as their bytes
+        assert ch.send_batch([b"a", memoryview(wide), bytearray(b"c")]) == 3
+        assert ch.recv_batch(8) == [b"a", wide.tobytes(), b"c"]
 
 
 def test_batch_send_stops_at_a_message_over_the_size_limit() -> None:
