@@ -456,8 +456,9 @@ fuzz-merge:
 # this section; its test stage is appended to TEST_STAGES here.
 #
 #   make test-python   a venv in build/py-venv (python3 -m venv; pip installs
-#                      cffi, pytest, pytest-timeout and bindings/python from
-#                      PyPI and the tree), pointed at the test install, then
+#                      cffi, pytest, pytest-timeout, trio (the README's trio
+#                      example) from PyPI and bindings/python from the
+#                      tree), pointed at the test install, then
 #                      pytest on bindings/python/tests; no tests collected
 #                      is a failure
 #   make bench-python  thread-to-asyncio hand-off of small messages: eventq
@@ -493,7 +494,7 @@ need-python-venv:
 $(PY_VENV)/.tools: | need-python-venv
 	rm -rf $(PY_VENV)
 	$(PYTHON) -m venv $(PY_VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -U pip setuptools wheel cffi pytest pytest-timeout
+	$(PY) -m pip install -q --disable-pip-version-check -U pip setuptools wheel cffi pytest pytest-timeout trio
 	@touch $@
 
 # The package, reinstalled when it changes; built from a copy in build/ so
