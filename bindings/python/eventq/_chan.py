@@ -159,9 +159,9 @@ def _pack_batch(msgs: Sequence[Buffer]) -> tuple[Any, Any]:
     C-level loops. Anything unusual (not bytes-like, items wider than a
     byte) goes through the per-message path, which also gives the errors.
     """
-    if _BUF_AS_WORDS:
+    if _WORD is not None and _BUF_AS_WORDS:
         try:
-            joined = b"".join(msgs)  # type: ignore[arg-type]
+            joined = b"".join(msgs)
             lens = list(map(len, msgs))
         except (TypeError, BufferError):
             pass
@@ -552,7 +552,7 @@ class Chan:
             off += n
 
     def _unstash_batch(self, max_msgs: int) -> Any:
-        out = []
+        out: list[bytes] = []
         while len(out) < max_msgs:
             m = self._unstash()
             if m is _NOTHING:

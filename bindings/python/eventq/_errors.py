@@ -9,6 +9,7 @@ let code that knows nothing of eventq catch them the usual way.
 from __future__ import annotations
 
 import errno as _errno
+from typing import Any
 
 from ._ffi import ffi, lib
 
@@ -54,7 +55,7 @@ class MessageTooLarge(Error):
         super().__init__(_errno.EMSGSIZE, text or strerror(-_errno.EMSGSIZE))
         self.needed = needed
 
-    def __reduce__(self):  # keeps `needed` through pickling (multiprocessing)
+    def __reduce__(self) -> tuple[Any, ...]:  # keeps `needed` through pickling
         return (type(self), (self.needed, self.strerror))
 
     def __str__(self) -> str:

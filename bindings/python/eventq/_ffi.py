@@ -22,6 +22,7 @@ import shutil
 import subprocess
 
 import cffi
+from typing import Any
 
 CDEF = r"""
 #define EVENTQ_VERSION_MAJOR 0
@@ -284,7 +285,7 @@ def _pkg_config_libdir() -> tuple[str | None, str]:
     return libdir, ""
 
 
-def _load() -> tuple[object, str]:
+def _load() -> tuple[Any, str]:
     """Opens the library as the module docstring says; ImportError if none."""
     tried = []
     env = os.environ.get("EVENTQ_LIBRARY")

@@ -53,7 +53,7 @@ def describe(ev: MemoryEvent) -> str:
 
 
 def _warn(err: memcg.CgroupError) -> None:
-    print(f"memwatch: {err.strerror} ({os.strerror(err.errno)})", file=sys.stderr)
+    print(f"memwatch: {err.strerror} ({os.strerror(err.errno or 0)})", file=sys.stderr)
 
 
 async def run(directory: str, nbytes: int, stall_us: int) -> int:
