@@ -28,8 +28,10 @@ import collections
 import dataclasses
 import errno as _errno
 import operator
+import os
 import threading
 import time
+import weakref
 from itertools import accumulate as _accumulate
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, Optional, Union
@@ -197,6 +199,24 @@ def _released() -> ValueError:
     return ValueError("operation on a released eventq channel handle")
 
 
+_live_chans: "weakref.WeakSet[Chan]" = weakref.WeakSet()
+
+
+def _forget_inherited() -> None:
+    """In a forked child: an inherited handle shares its fds with the parent,
+    and the header allows no call on it, eventq_chan_free included. Each
+    is marked released and its destructor dropped (the parent's channel is
+    untouched; the child may make new ones)."""
+    for ch in list(_live_chans):
+        p, ch._p = ch._p, None
+        if p is not None:
+            ffi.gc(p, None)
+    _live_chans.clear()
+
+
+os.register_at_fork(after_in_child=_forget_inherited)
+
+
 class Chan:
     """A handle to a libeventq channel: a bounded FIFO of byte messages.
 
@@ -268,6 +288,7 @@ class Chan:
         # release() drops the Chan's, and each call in progress holds one,
         # so a release never frees a handle under a running call.
         self._p = ffi.gc(ptr, free)
+        _live_chans.add(self)
 
     @classmethod
     def from_handle(cls, address: int) -> "Chan":

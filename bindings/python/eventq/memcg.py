@@ -26,6 +26,7 @@ import errno as _errno
 import operator
 import os
 import threading
+import weakref
 from typing import Any, Callable, Optional, Union
 
 from ._chan import Chan
@@ -182,7 +183,7 @@ class Cgroup:
     directory, or both (hybrid systems). Watches made with it do not need
     it afterwards."""
 
-    __slots__ = ("_p", "v1_dir", "v2_dir")
+    __slots__ = ("_p", "v1_dir", "v2_dir", "__weakref__")
 
     v1_dir: Optional[str]  #: the cgroup v1 memory directory, None if none
     v2_dir: Optional[str]  #: the cgroup2 directory, None if none
@@ -214,6 +215,7 @@ class Cgroup:
 
     def _adopt(self, p: Any) -> None:
         self._p = ffi.gc(p, lib.eventq_memcg_free)
+        _live_cgroups.add(self)
         self.v1_dir = self._dir(lib.EVENTQ_MEMCG_V1)
         self.v2_dir = self._dir(lib.EVENTQ_MEMCG_V2)
 
@@ -316,6 +318,7 @@ class Watch:
         if rc < 0:
             raise _error(rc, "eventq_loop_new")
         self._loop: Any = ffi.gc(out[0], lib.eventq_loop_free)
+        _live_watches.add(self)
         self._sink = sink = _Sink()
         sink.lp = out[0]
         self._userdata = ffi.new_handle(sink)
@@ -423,6 +426,28 @@ class Watch:
 
     def __repr__(self) -> str:
         return f"<eventq.memcg.Watch {self.what}{' closed' if self._loop is None else ''}>"
+
+
+_live_cgroups: "weakref.WeakSet[Cgroup]" = weakref.WeakSet()
+_live_watches: "weakref.WeakSet[Watch]" = weakref.WeakSet()
+
+
+def _forget_inherited() -> None:
+    """In a forked child, as for channels: no call on inherited handles (the
+    watch threads are not there), so they are dropped without a free."""
+    for w in list(_live_watches):
+        lp, w._loop, w._thread = w._loop, None, None
+        if lp is not None:
+            ffi.gc(lp, None)
+    for cg in list(_live_cgroups):
+        p, cg._p = cg._p, None
+        if p is not None:
+            ffi.gc(p, None)
+    _live_watches.clear()
+    _live_cgroups.clear()
+
+
+os.register_at_fork(after_in_child=_forget_inherited)
 
 
 def _uint(name: str, value: int, bits: int = 64) -> int:

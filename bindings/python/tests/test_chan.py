@@ -407,3 +407,40 @@ def test_interrupted_after_the_take_loses_nothing(monkeypatch: pytest.MonkeyPatc
         else:
             assert drain(ch) == [b"one", b"two", b"three"]
         assert ch.stats().received == 3
+
+
+def test_a_forked_child_leaves_inherited_handles_alone() -> None:
+    """The header forbids any call on an inherited handle, freeing included:
+    in a child the package marks them released and never frees them, so
+    the parent's channel keeps its state (D4: readable with a message)."""
+    import gc
+    import os
+
+    ch = eventq.Chan()
+    ch.send(b"the parent's")
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit status only
+        code = 0
+        try:
+            if not ch.released:
+                code = 1
+            try:
+                ch.recv(timeout=0)
+                code = 2
+            except ValueError:
+                pass
+            del ch
+            gc.collect()  # the inherited handle is dropped: no eventq_chan_free
+            with eventq.Chan() as fresh:  # new objects work in the child
+                fresh.send(b"x")
+                if fresh.recv() != b"x":
+                    code = 3
+        except BaseException:
+            code = 4
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert readable(ch.fileno())
+    assert ch.recv() == b"the parent's"
+    assert not readable(ch.fileno())
+    ch.release()
