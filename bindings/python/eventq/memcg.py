@@ -286,8 +286,9 @@ def _on_event(src: Any, ev: Any, userdata: Any) -> int:
     return 0
 
 
-def _run_loop(lp: Any, sink: _Sink) -> None:
-    """A watch's thread: the library's loop, until stopped."""
+def _run_loop(lp: Any, sink: _Sink, userdata: Any) -> None:
+    """A watch's thread: the library's loop, until stopped. It holds the
+    loop and the callbacks' userdata, so neither goes before it returns."""
     rc = lib.eventq_loop_run(lp)
     if rc < 0:
         sink.failure = _error(rc, "eventq_loop_run")
@@ -326,10 +327,10 @@ class Watch:
         if rc < 0:
             self._loop = None
             raise _error(rc, what)
-        # The thread holds the loop and the sink, never the Watch, so a
-        # forgotten Watch is still collected (and its __del__ stops it).
+        # The thread holds the loop, the sink and the userdata, never the
+        # Watch, so a forgotten Watch is still collected (its __del__ stops it).
         self._thread = threading.Thread(
-            target=_run_loop, args=(self._loop, sink), name=f"eventq memcg: {what}", daemon=True
+            target=_run_loop, args=(self._loop, sink, self._userdata), name=f"eventq memcg: {what}", daemon=True
         )
         self._thread.start()
 
@@ -396,19 +397,26 @@ class Watch:
     def close(self) -> None:
         """Stops the source and its thread and frees its loop; iteration then
         ends (events already delivered are still returned). Idempotent."""
+        self._close(join=True)
+
+    def _close(self, join: bool) -> None:
         lp, self._loop = self._loop, None
         if lp is None:
             return
         if self._thread is not None:
             lib.eventq_loop_stop(lp)
-            self._thread.join()
-        del lp  # the loop and its source go here
+            if join:
+                self._thread.join()
+        # Freed with the last reference: here after the join, else when the
+        # thread (whose arguments hold the loop too) has returned.
+        del lp
         self._userdata = None
         self._sink.ring()  # wakes a consumer waiting on the bell
 
     def __del__(self) -> None:
+        # No join here: at interpreter exit the thread may never run again.
         try:
-            self.close()
+            self._close(join=False)
         except Exception:
             pass
 
