@@ -389,3 +389,27 @@ def test_memwatch_exits_on_sigterm(child_cgroups: Callable[[str], str]) -> None:
     out, err = w.communicate(timeout=60)
     assert w.returncode == 0, err
     assert out.rstrip().endswith("signal 15: exiting")
+
+
+def test_forgotten_watches_stop_and_free_their_fds(child_cgroups: Callable[[str], str]) -> None:
+    """A Watch dropped without close() stops its thread and frees its loop;
+    one still alive at interpreter exit does not hold the exit up."""
+    import gc
+    import threading
+
+    _, v2 = own_dirs()
+    if v2 is None:
+        pytest.skip("cgroup2 is not mounted")
+    d = child_cgroups(v2)
+    fds = len(os.listdir("/proc/self/fd"))
+    with memcg.Cgroup(d) as cg:
+        for _ in range(20):
+            memcg.events(cg, "cgroup.events")  # dropped at once
+    gc.collect()
+    for t in threading.enumerate():
+        if t.name.startswith("eventq memcg:"):
+            t.join()
+    assert len(os.listdir("/proc/self/fd")) == fds
+    code = f"from eventq import memcg\nw = memcg.events(memcg.Cgroup({d!r}), 'cgroup.events')\nprint('alive')"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd="/")
+    assert r.returncode == 0 and r.stdout == "alive\n", r.stderr
