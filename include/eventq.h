@@ -269,14 +269,16 @@ typedef struct eventq_chan_stats {
   uint64_t peak_depth;
   /**
    * Writes to the receive eventfd: one per empty-to-non-empty transition,
-   * and one at close if the fd was down. Far below `sent` on a busy
+   * one at close, and one for each refused receive that another
+   * receiver's race left owed an event (D9). Far below `sent` on a busy
    * channel.
    */
   uint64_t recv_doorbell_rings;
   /**
    * Writes to the send eventfd: one at creation, one per drain to the
-   * low-water mark after the channel was full (or refused a send), and
-   * one at close if the fd was down.
+   * low-water mark after the channel was full (or refused a send), one at
+   * close, and one for each refused send that found room back with the fd
+   * still up (D9).
    */
   uint64_t send_doorbell_rings;
   /**
@@ -502,9 +504,17 @@ int eventq_chan_free_final(struct eventq_chan *chan, struct eventq_chan_stats *o
  * the channel is closed (D4). Owned by the channel: poll it, never read,
  * write or close it. -EINVAL for NULL.
  *
+ * Edge-triggered waiters (EPOLLET, Go's netpoller, tokio's AsyncFd) may
+ * receive until -EAGAIN (or a short batch) and then wait for the next
+ * event: after any receive refused for lack of messages, the fd gets a new
+ * event (an eventfd write, which wakes them even if it is already
+ * readable) no later than when a message is receivable, or the channel
+ * closes; close always writes it (D9).
+ *
  * Several consumers may poll it; each wakes when it becomes readable. Do
- * not register it with EPOLLEXCLUSIVE: after close it stays readable with
- * no further event, so only one exclusive waiter would ever wake.
+ * not register it with EPOLLEXCLUSIVE: close writes the fd once, which
+ * wakes only one exclusive waiter, and the fd stays readable with no
+ * further event.
  *
  * Thread safety: any thread.
  */
@@ -517,6 +527,12 @@ int eventq_chan_recv_fd(const struct eventq_chan *chan);
  * leaves the queue at or below low water (in messages, and with a byte
  * limit also in bytes: max_bytes/2). Owned by the channel: poll it,
  * never read, write or close it. -EINVAL for NULL.
+ *
+ * Edge-triggered waiters may send until -EAGAIN (or a short batch) and then
+ * wait for the next event: after any send refused for lack of room, the fd
+ * gets a new event when it is due readable as above, or at once if room
+ * came back before the refusal returned while the fd was still readable;
+ * close always writes it (D9).
  *
  * Thread safety: any thread.
  */

@@ -190,12 +190,12 @@ pub struct Stats {
     /// The most messages ever queued at once.
     pub peak_depth: u64,
     /// Writes to the receive eventfd: one per empty-to-non-empty transition,
-    /// and one at close if the fd was down. Compare with `sent` to see the
-    /// wakeup economy.
+    /// one at close, and one for each refused receive owed an event (D9).
+    /// Compare with `sent` to see the wakeup economy.
     pub recv_doorbell_rings: u64,
     /// Writes to the send eventfd: one at creation, one per drain to the
-    /// low-water mark after the queue was full (or refused a send), and one
-    /// at close if the fd was down.
+    /// low-water mark after the queue was full (or refused a send), one at
+    /// close, and one for each refused send owed an event (D9).
     pub send_doorbell_rings: u64,
     /// Whether the channel is closed.
     pub closed: bool,
@@ -378,13 +378,16 @@ impl Chan {
 
     /// The fd to poll for input: readable exactly while messages are pending
     /// or the channel is closed (D4). Only poll it; never read or write it.
+    /// Edge-triggered pollers may wait for the next event after a refused
+    /// receive (D9).
     pub fn recv_fd(&self) -> RawFd {
         self.shared.recv_bell.as_raw_fd()
     }
 
     /// The fd to poll for room: not readable while the channel is full and
     /// open, readable again once it drains to the low-water mark or closes
-    /// (D5). Only poll it; never read or write it.
+    /// (D5). Only poll it; never read or write it. Edge-triggered pollers
+    /// may wait for the next event after a refused send (D9).
     pub fn send_fd(&self) -> RawFd {
         self.shared.send_bell.as_raw_fd()
     }

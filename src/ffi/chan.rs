@@ -73,12 +73,14 @@ pub struct eventq_chan_stats {
     /// Most messages ever queued at once.
     pub peak_depth: u64,
     /// Writes to the receive eventfd: one per empty-to-non-empty transition,
-    /// and one at close if the fd was down. Far below `sent` on a busy
+    /// one at close, and one for each refused receive that another
+    /// receiver's race left owed an event (D9). Far below `sent` on a busy
     /// channel.
     pub recv_doorbell_rings: u64,
     /// Writes to the send eventfd: one at creation, one per drain to the
-    /// low-water mark after the channel was full (or refused a send), and
-    /// one at close if the fd was down.
+    /// low-water mark after the channel was full (or refused a send), one at
+    /// close, and one for each refused send that found room back with the fd
+    /// still up (D9).
     pub send_doorbell_rings: u64,
     /// 1 once the channel is closed.
     pub closed: u32,
@@ -298,9 +300,17 @@ pub extern "C" fn eventq_chan_free_final(
 /// the channel is closed (D4). Owned by the channel: poll it, never read,
 /// write or close it. -EINVAL for NULL.
 ///
+/// Edge-triggered waiters (EPOLLET, Go's netpoller, tokio's AsyncFd) may
+/// receive until -EAGAIN (or a short batch) and then wait for the next
+/// event: after any receive refused for lack of messages, the fd gets a new
+/// event (an eventfd write, which wakes them even if it is already
+/// readable) no later than when a message is receivable, or the channel
+/// closes; close always writes it (D9).
+///
 /// Several consumers may poll it; each wakes when it becomes readable. Do
-/// not register it with EPOLLEXCLUSIVE: after close it stays readable with
-/// no further event, so only one exclusive waiter would ever wake.
+/// not register it with EPOLLEXCLUSIVE: close writes the fd once, which
+/// wakes only one exclusive waiter, and the fd stays readable with no
+/// further event.
 ///
 /// Thread safety: any thread.
 #[no_mangle]
@@ -314,6 +324,12 @@ pub extern "C" fn eventq_chan_recv_fd(chan: *const eventq_chan) -> c_int {
 /// leaves the queue at or below low water (in messages, and with a byte
 /// limit also in bytes: max_bytes/2). Owned by the channel: poll it,
 /// never read, write or close it. -EINVAL for NULL.
+///
+/// Edge-triggered waiters may send until -EAGAIN (or a short batch) and then
+/// wait for the next event: after any send refused for lack of room, the fd
+/// gets a new event when it is due readable as above, or at once if room
+/// came back before the refusal returned while the fd was still readable;
+/// close always writes it (D9).
 ///
 /// Thread safety: any thread.
 #[no_mangle]
