@@ -269,16 +269,14 @@ typedef struct eventq_chan_stats {
   uint64_t peak_depth;
   /**
    * Writes to the receive eventfd: one per empty-to-non-empty transition,
-   * one at close, and one for each refused receive that another
-   * receiver's race left owed an event (D9). Far below `sent` on a busy
-   * channel.
+   * one at close, and one when a batch receive ends short at end of
+   * stream (D9). Far below `sent` on a busy channel.
    */
   uint64_t recv_doorbell_rings;
   /**
    * Writes to the send eventfd: one at creation, one per drain to the
-   * low-water mark after the channel was full (or refused a send), one at
-   * close, and one for each refused send that found room back with the fd
-   * still up (D9).
+   * low-water mark after the channel was full (or refused a send),
+   * and one at close (D9).
    */
   uint64_t send_doorbell_rings;
   /**
@@ -530,9 +528,8 @@ int eventq_chan_recv_fd(const struct eventq_chan *chan);
  *
  * Edge-triggered waiters may send until -EAGAIN (or a short batch) and then
  * wait for the next event: after any send refused for lack of room, the fd
- * gets a new event when it is due readable as above, or at once if room
- * came back before the refusal returned while the fd was still readable;
- * close always writes it (D9).
+ * gets a new event when it is due readable as above (a refused send leaves
+ * it down); close always writes it (D9).
  *
  * Thread safety: any thread.
  */

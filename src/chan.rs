@@ -190,12 +190,13 @@ pub struct Stats {
     /// The most messages ever queued at once.
     pub peak_depth: u64,
     /// Writes to the receive eventfd: one per empty-to-non-empty transition,
-    /// one at close, and one for each refused receive owed an event (D9).
+    /// one at close, and one when a batch receive ends short at end of
+    /// stream (D9).
     /// Compare with `sent` to see the wakeup economy.
     pub recv_doorbell_rings: u64,
     /// Writes to the send eventfd: one at creation, one per drain to the
-    /// low-water mark after the queue was full (or refused a send), one at
-    /// close, and one for each refused send owed an event (D9).
+    /// low-water mark after the queue was full (or refused a send),
+    /// and one at close (D9).
     pub send_doorbell_rings: u64,
     /// Whether the channel is closed.
     pub closed: bool,

@@ -73,14 +73,12 @@ pub struct eventq_chan_stats {
     /// Most messages ever queued at once.
     pub peak_depth: u64,
     /// Writes to the receive eventfd: one per empty-to-non-empty transition,
-    /// one at close, and one for each refused receive that another
-    /// receiver's race left owed an event (D9). Far below `sent` on a busy
-    /// channel.
+    /// one at close, and one when a batch receive ends short at end of
+    /// stream (D9). Far below `sent` on a busy channel.
     pub recv_doorbell_rings: u64,
     /// Writes to the send eventfd: one at creation, one per drain to the
-    /// low-water mark after the channel was full (or refused a send), one at
-    /// close, and one for each refused send that found room back with the fd
-    /// still up (D9).
+    /// low-water mark after the channel was full (or refused a send),
+    /// and one at close (D9).
     pub send_doorbell_rings: u64,
     /// 1 once the channel is closed.
     pub closed: u32,
@@ -327,9 +325,8 @@ pub extern "C" fn eventq_chan_recv_fd(chan: *const eventq_chan) -> c_int {
 ///
 /// Edge-triggered waiters may send until -EAGAIN (or a short batch) and then
 /// wait for the next event: after any send refused for lack of room, the fd
-/// gets a new event when it is due readable as above, or at once if room
-/// came back before the refusal returned while the fd was still readable;
-/// close always writes it (D9).
+/// gets a new event when it is due readable as above (a refused send leaves
+/// it down); close always writes it (D9).
 ///
 /// Thread safety: any thread.
 #[no_mangle]
