@@ -62,6 +62,17 @@
 #define EVENTQ_DEFAULT_CAPACITY 1024
 
 /**
+ * The smallest `size` of `eventq_chan_opts` accepted: `size` and
+ * `capacity`. Fields past the caller's size take their defaults.
+ */
+#define EVENTQ_CHAN_OPTS_SIZE_MIN 16
+
+/**
+ * The smallest `size` of `eventq_chan_stats` accepted: `sent`.
+ */
+#define EVENTQ_CHAN_STATS_SIZE_MIN 8
+
+/**
  * fd readiness flags: the epoll values.
  */
 #define EVENTQ_IN 1
@@ -207,9 +218,16 @@ typedef struct eventq_source eventq_source;
 typedef void (*eventq_drop_fn)(void *userdata, const uint8_t *data, size_t len);
 
 /**
- * Channel options. Fill with `eventq_chan_opts_init`, then change fields.
+ * Channel options. Fill with `eventq_chan_opts_init(&opts, sizeof opts)`,
+ * then change fields. Fields may be added at the end in later versions;
+ * `size` tells the library which ones the caller's header had.
  */
 typedef struct eventq_chan_opts {
+  /**
+   * `sizeof` the struct as the caller's header declares it; set by
+   * `eventq_chan_opts_init`.
+   */
+  size_t size;
   /**
    * Most messages queued at once; 1 to EVENTQ_MAX_CAPACITY.
    */
@@ -239,7 +257,9 @@ typedef struct eventq_chan_opts {
 } eventq_chan_opts;
 
 /**
- * Counters of a channel (see `eventq_chan_get_stats`).
+ * Counters of a channel (see `eventq_chan_get_stats`). Every field is 64
+ * bits, so the struct has no padding; fields may be added at the end in
+ * later versions.
  */
 typedef struct eventq_chan_stats {
   /**
@@ -282,7 +302,7 @@ typedef struct eventq_chan_stats {
   /**
    * 1 once the channel is closed.
    */
-  uint32_t closed;
+  uint64_t closed;
 } eventq_chan_stats;
 
 /**
@@ -299,8 +319,8 @@ typedef struct eventq_buf {
 typedef void (*eventq_post_fn)(void *arg);
 
 /**
- * Runs once with the userdata when its source goes away: removed, freed
- * with its loop, or, if the add call fails, before that call returns.
+ * Runs when a caller's pointer is released: the `destroy` argument of the
+ * add and post calls.
  */
 typedef void (*eventq_destroy_fn)(void *userdata);
 
@@ -448,22 +468,29 @@ const char *eventq_version_string(void);
 const char *eventq_strerror(int err);
 
 /**
- * Fills `opts` with the defaults: capacity EVENTQ_DEFAULT_CAPACITY, no byte
- * limit, default maximum message size, low water at half the capacity, no
- * drop hook. Returns 0, or -EINVAL if opts is NULL.
+ * Fills `opts`, `size` bytes long (pass `sizeof opts`), with the defaults:
+ * capacity EVENTQ_DEFAULT_CAPACITY, no byte limit, default maximum message
+ * size, low water at half the capacity, no drop hook; and `opts->size`
+ * with `size`. Writes nothing past `size`, and zeros there what this
+ * library does not know of a larger (newer) struct.
+ *
+ * Returns 0; -EINVAL for a NULL opts or a size below
+ * EVENTQ_CHAN_OPTS_SIZE_MIN.
  *
  * Thread safety: any thread.
  */
-int eventq_chan_opts_init(struct eventq_chan_opts *opts);
+int eventq_chan_opts_init(struct eventq_chan_opts *opts, size_t size);
 
 /**
  * Creates a channel and writes its first handle to `*out`. `opts` may be
- * NULL for the defaults of `eventq_chan_opts_init`.
+ * NULL for the defaults of `eventq_chan_opts_init`; else its `size` says
+ * which fields it has (the rest take their defaults).
  *
- * Returns 0; -EINVAL for a NULL out, a capacity of 0 or above
- * EVENTQ_MAX_CAPACITY, max_msg_size above
- * max_bytes, or low_water not below capacity; -EMFILE/-ENFILE when no fd
- * is left for its two eventfds; -ENOMEM.
+ * Returns 0; -EINVAL for a NULL out, an opts size below
+ * EVENTQ_CHAN_OPTS_SIZE_MIN, a capacity of 0 or above EVENTQ_MAX_CAPACITY,
+ * max_msg_size above max_bytes, or low_water not below capacity; -E2BIG
+ * when opts sets fields this version does not know; -EMFILE/-ENFILE when
+ * no fd is left for its eventfds; -ENOMEM.
  *
  * Thread safety: any thread.
  */
@@ -489,13 +516,15 @@ void eventq_chan_free(struct eventq_chan *chan);
 
 /**
  * Frees a handle like `eventq_chan_free`. If it was the last, writes the
- * channel's final counters to `*out` (with `dropped`, the messages
- * discarded) and returns 1; otherwise returns 0 and leaves `*out` alone.
- * -EINVAL (and nothing freed) when chan or out is NULL.
+ * channel's final counters to `*out`, `size` bytes long (pass `sizeof
+ * *out`; as for `eventq_chan_get_stats`), with `dropped`, the messages
+ * discarded, and returns 1; otherwise returns 0 and leaves `*out` alone.
+ * -EINVAL (and nothing freed) when chan or out is NULL or size is below
+ * EVENTQ_CHAN_STATS_SIZE_MIN.
  *
  * Thread safety: as `eventq_chan_free`.
  */
-int eventq_chan_free_final(struct eventq_chan *chan, struct eventq_chan_stats *out);
+int eventq_chan_free_final(struct eventq_chan *chan, struct eventq_chan_stats *out, size_t size);
 
 /**
  * The fd to poll for input: readable exactly while messages are pending or
@@ -636,12 +665,19 @@ int eventq_chan_recv_batch(const struct eventq_chan *chan,
 int eventq_chan_close(const struct eventq_chan *chan);
 
 /**
- * Writes a snapshot of the channel's counters to `*out`. Returns 0, or
- * -EINVAL for a NULL chan or out.
+ * Writes a snapshot of the channel's counters to `*out`, `size` bytes long
+ * (pass `sizeof *out`): nothing past `size` is written, so a caller built
+ * with an older, smaller struct gets the fields it knows; a newer, larger
+ * struct gets zeros in the fields this library does not know.
+ *
+ * Returns 0; -EINVAL for a NULL chan or out, or a size below
+ * EVENTQ_CHAN_STATS_SIZE_MIN.
  *
  * Thread safety: any thread, concurrently with any other call.
  */
-int eventq_chan_get_stats(const struct eventq_chan *chan, struct eventq_chan_stats *out);
+int eventq_chan_get_stats(const struct eventq_chan *chan,
+                          struct eventq_chan_stats *out,
+                          size_t size);
 
 /**
  * The bytes of a received message; NULL for a NULL msg. Valid until
