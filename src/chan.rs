@@ -208,6 +208,19 @@ struct Bells {
     send_rings: u64,
 }
 
+/// What a doorbell sync owes edge-triggered waiters (EPOLLET, Go's
+/// netpoller, tokio), who wake only on a write, not on a level.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Edge {
+    /// Write only on a transition to raised.
+    IfChanged,
+    /// A call was refused (-EAGAIN) or the channel closed: if the fd ends
+    /// up raised, write even if it already was, so every waiter that saw
+    /// the refusal gets an event. If it ends up lowered, the raise that
+    /// follows is that event.
+    Owed,
+}
+
 /// Threads asleep in the library, counted under the `waiting` mutex.
 struct Sleepers {
     receivers: usize,
@@ -244,6 +257,8 @@ struct Pushed {
     saw_recv_down: bool,
     /// Some push found a receiver announced as blocked.
     saw_recv_waiters: bool,
+    /// The length of a message the batch stopped at for lack of room.
+    refused: Option<usize>,
 }
 
 impl Pushed {
@@ -263,6 +278,10 @@ struct Popped {
     bytes: usize,
     /// The `head` flags seen by the claiming CASes.
     flags: u64,
+    /// The batch ended on an empty queue whose receive fd looked raised:
+    /// the caller was refused while the fd may stay up, so it is owed an
+    /// edge.
+    edge_owed: bool,
 }
 
 impl Popped {
@@ -416,12 +435,14 @@ impl Chan {
                 Err(PushError::Closed) => return Err(Error::Closed),
                 Err(PushError::Full) => {
                     // No room: lower the send fd now so a producer polling
-                    // it sleeps until the queue drains instead of spinning.
-                    sh.sync_send(Some(first.len()));
+                    // it sleeps until the queue drains instead of spinning;
+                    // one about to be refused is owed an edge.
                     let deadline = *deadline.get_or_insert_with(|| Deadline::new(wait));
                     if let Some(e) = deadline.expired() {
+                        sh.sync_send(Some(first.len()), Edge::Owed);
                         return Err(e);
                     }
+                    sh.sync_send(Some(first.len()), Edge::IfChanged);
                     sh.wait_for_room(first.len(), deadline);
                 }
             }
@@ -432,7 +453,11 @@ impl Chan {
             }
             match sh.try_push(msg) {
                 Ok(c) => pushed.add(&c),
-                Err(_) => break,
+                Err(PushError::Full) => {
+                    pushed.refused = Some(msg.len());
+                    break;
+                }
+                Err(PushError::Closed) => break,
             }
         }
         sh.after_push(&pushed);
@@ -490,8 +515,13 @@ impl Chan {
             let rest = &mut buf[off..];
             let room = rest.len();
             let copy = &mut |m: Payload<'_>| copy_out(m, rest);
-            let Pop::Took(c) = sh.ring.pop(|len| len <= room, copy) else {
-                break;
+            let c = match sh.ring.pop(|len| len <= room, copy) {
+                Pop::Took(c) => c,
+                Pop::Empty(tail) => {
+                    popped.edge_owed = tail & TAIL_RECV_RAISED != 0;
+                    break;
+                }
+                Pop::TooLong(_) => break,
             };
             lens[popped.n] = c.value;
             off += c.value;
@@ -509,8 +539,10 @@ impl Chan {
         if sh.ring.tail.fetch_or(TAIL_CLOSED, Ordering::SeqCst) & TAIL_CLOSED != 0 {
             return false;
         }
-        sh.sync_recv();
-        sh.sync_send(None);
+        // An event on both fds even if they are up already: edge-triggered
+        // waiters that were refused while the fd stayed up learn of it.
+        sh.sync_recv(Edge::Owed);
+        sh.sync_send(None, Edge::Owed);
         let _sleepers = sh.waiting.lock();
         sh.ring.tail.fetch_and(!TAIL_RECV_WAITERS, Ordering::SeqCst);
         sh.ring.head.fetch_and(!HEAD_SEND_WAITERS, Ordering::SeqCst);
@@ -526,6 +558,16 @@ impl Chan {
         (
             self.shared.recv_bell.is_raised(),
             self.shared.send_bell.is_raised(),
+        )
+    }
+
+    /// Under loom: how many writes each eventfd has had (the events an
+    /// edge-triggered waiter sees).
+    #[cfg(loom)]
+    pub fn doorbell_writes(&self) -> (u64, u64) {
+        (
+            self.shared.recv_bell.writes(),
+            self.shared.send_bell.writes(),
         )
     }
 
@@ -624,7 +666,7 @@ impl Shared {
             return;
         }
         if p.saw_recv_down {
-            self.sync_recv();
+            self.sync_recv(Edge::IfChanged);
         }
         // How deep the queue got: a new peak, or full. Both are read off
         // slot stamps rather than the head, whose line every receive writes
@@ -650,8 +692,10 @@ impl Shared {
             .limits
             .max_bytes
             .is_some_and(|max| self.bytes.load(Ordering::Relaxed) >= max);
-        if full || bytes_full {
-            self.sync_send(None);
+        if let Some(len) = p.refused {
+            self.sync_send(Some(len), Edge::Owed);
+        } else if full || bytes_full {
+            self.sync_send(None, Edge::IfChanged);
         }
         if p.saw_recv_waiters {
             self.wake_receivers(p.n);
@@ -670,10 +714,12 @@ impl Shared {
         // the raised bit is clear: a send's `sync_recv` may be about to set
         // it, judging by a head from before this receive, and only taking
         // `bells` after it puts that right.
-        if !self.ring.is_ready(next) {
+        if p.edge_owed {
+            self.sync_recv(Edge::Owed);
+        } else if !self.ring.is_ready(next) {
             let tail = self.ring.tail.load(Ordering::SeqCst);
             if position(tail) == next && tail & TAIL_CLOSED == 0 {
-                self.sync_recv();
+                self.sync_recv(Edge::IfChanged);
             }
         }
         if self.byte_limited() {
@@ -698,7 +744,7 @@ impl Shared {
     /// or senders asleep (`flags`): raise it, wake them.
     fn room_at_low_water(&self, flags: u64) {
         if flags & HEAD_SEND_LOWERED != 0 {
-            self.sync_send(None);
+            self.sync_send(None, Edge::IfChanged);
         }
         if flags & HEAD_SEND_WAITERS != 0 {
             let sleepers = self.waiting.lock();
@@ -730,8 +776,9 @@ impl Shared {
     }
 
     /// Makes the receive doorbell match the queue: raised iff messages are
-    /// pending or the channel is closed.
-    fn sync_recv(&self) {
+    /// pending or the channel is closed; with `Edge::Owed`, a raised fd is
+    /// written even if it was up already.
+    fn sync_recv(&self, edge: Edge) {
         let mut bells = self.bells.lock();
         loop {
             // Read-modify-writes read the latest values, not stale ones.
@@ -740,6 +787,10 @@ impl Shared {
             let raised = tail & TAIL_RECV_RAISED != 0;
             let want = tail & TAIL_CLOSED != 0 || position(tail) > position(head);
             if want == raised {
+                if want && edge == Edge::Owed {
+                    self.recv_bell.pulse();
+                    bells.recv_rings += 1;
+                }
                 return;
             }
             // Judged by `tail`: if a send moved it since, judge again.
@@ -768,8 +819,10 @@ impl Shared {
 
     /// Makes the send doorbell match the queue: lowered when full (or when
     /// a send of `refused` bytes does not fit), raised at the low-water mark
-    /// or when closed, unchanged in between.
-    fn sync_send(&self, refused: Option<usize>) {
+    /// or when closed, unchanged in between. With `Edge::Owed`, an fd that
+    /// stays up is written once: the refused sender found room gone and
+    /// back without the fd going down, and gets its event now.
+    fn sync_send(&self, refused: Option<usize>, mut edge: Edge) {
         let mut bells = self.bells.lock();
         loop {
             let head = self.ring.head.fetch_or(0, Ordering::SeqCst);
@@ -796,7 +849,12 @@ impl Shared {
                 } else {
                     self.send_bell.raise();
                     bells.send_rings += 1;
+                    edge = Edge::IfChanged;
                 }
+            } else if !lowered && edge == Edge::Owed {
+                self.send_bell.pulse();
+                bells.send_rings += 1;
+                edge = Edge::IfChanged;
             }
             if !self.byte_limited() {
                 return;
@@ -860,6 +918,14 @@ impl Shared {
                     }
                     let deadline = *deadline.get_or_insert_with(|| Deadline::new(wait));
                     if let Some(e) = deadline.expired() {
+                        // Refused while the fd looked up: another receiver
+                        // took the last message and has not lowered it yet,
+                        // so the next send will not write it. Settle it
+                        // now: lowered (the next send raises it) or, if a
+                        // message came meanwhile, written again.
+                        if tail & TAIL_RECV_RAISED != 0 {
+                            self.sync_recv(Edge::Owed);
+                        }
                         return Err(e);
                     }
                     self.wait_for_message(deadline);
