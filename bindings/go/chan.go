@@ -958,9 +958,11 @@ var aLongTimeAgo = time.Unix(1, 0)
 // wait parks the goroutine in the netpoller on the channel's receive or
 // send fd until op, a non-blocking attempt, returns something other than
 // -EAGAIN; it returns that code. op runs inside SyscallConn().Read: a
-// false return (EAGAIN) waits for the fd's next readiness edge, which the
-// library raises on exactly the transitions a waiter needs (the queue
-// leaving empty, draining to low water, close). ctx ends the wait through
+// false return (EAGAIN) waits for the fd's next eventfd write, since the
+// netpoller is edge-triggered. The library owes every call that returned
+// -EAGAIN such a write no later than when the call would succeed (a
+// message to receive; the send fd's low-water rule) or the channel
+// closes, so a parked waiter is never forgotten. ctx ends the wait through
 // a read deadline set by context.AfterFunc; the error is then ctx.Err().
 // op never runs after the wait has ended, so nothing it took is lost.
 func (c *Chan) wait(ctx context.Context, d direction, op func() C.int) (C.int, error) {
