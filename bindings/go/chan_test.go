@@ -631,6 +631,13 @@ func TestRelease(t *testing.T) {
 	if err := c.TrySend(nil); !errors.Is(err, eventq.ErrReleased) {
 		t.Fatalf("TrySend on a released handle: %v", err)
 	}
+	// A released handle's fd numbers may be closed or reused: -1.
+	if c.RecvFd() != -1 || c.SendFd() != -1 {
+		t.Fatalf("fds of a released handle: %d %d", c.RecvFd(), c.SendFd())
+	}
+	if !readable(t, c2.SendFd()) || readable(t, c2.RecvFd()) {
+		t.Fatalf("the clone's fds (%d, %d) after the first handle's release", c2.RecvFd(), c2.SendFd())
+	}
 	if _, ok := c.FinalStats(); ok {
 		t.Fatal("final stats from a handle that was not the last")
 	}
@@ -640,6 +647,9 @@ func TestRelease(t *testing.T) {
 	c2.TrySend([]byte("c"))
 	c2.TryRecv()
 	c2.Release()
+	if c2.RecvFd() != -1 || c2.SendFd() != -1 {
+		t.Fatalf("fds after the last release: %d %d", c2.RecvFd(), c2.SendFd())
+	}
 	st, ok := c2.FinalStats()
 	if !ok || st.Dropped != 2 || st.Sent != 3 || st.Received != 1 {
 		t.Fatalf("final stats %+v %v", st, ok)
