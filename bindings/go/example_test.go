@@ -28,12 +28,13 @@ func ExampleChan() {
 		ch.Close() // end of stream: the receiver's range ends
 	}()
 
-	for msg, err := range ch.All(context.Background()) {
-		if err != nil {
-			fmt.Println(err)
-			return
-		}
+	msgs, errf := ch.All(context.Background())
+	for msg := range msgs {
 		fmt.Println(string(msg))
+	}
+	if err := errf(); err != nil { // nil at end of stream
+		fmt.Println(err)
+		return
 	}
 	st, _ := ch.Stats()
 	fmt.Println("sent", st.Sent, "received", st.Received)
