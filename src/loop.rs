@@ -21,7 +21,10 @@
 //!    posted, on the loop thread.
 //!
 //! `stop` raises an eventfd of the loop's own so a blocked wait returns;
-//! `run` lowers it when it sees the stop.
+//! `run` lowers it when it sees the stop. A stop made during an iteration
+//! takes effect when the running callback returns: the rest of the batch,
+//! of a channel source's budget and of the posts is left for the next run
+//! (see [`Loop::stop`]).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -254,7 +257,11 @@ struct Inner {
     wake: EventFd,
     tasks: Mutex<HashMap<u64, Task>>,
     next_task: AtomicU64,
+    /// Set by `stop`, consumed by `run`.
     stop: AtomicBool,
+    /// How many stops were made: dispatch ends early once it moved since
+    /// the iteration began.
+    stops: AtomicU64,
     /// Channel sources' receive buffer, grown to the largest message seen.
     /// Only the running thread dispatches and it takes the buffer out for
     /// the duration, so the lock is never contended.
@@ -318,6 +325,7 @@ impl Loop {
             tasks: Mutex::new(HashMap::new()),
             next_task: AtomicU64::new(1),
             stop: AtomicBool::new(false),
+            stops: AtomicU64::new(0),
             scratch: Mutex::new(Vec::new()),
         });
         let lp = Loop { inner };
@@ -607,8 +615,18 @@ impl Loop {
         self.inner.post(Box::new(task))
     }
 
-    /// Makes `run` return after the current iteration; if the loop is not
-    /// running, the next `run` returns at once. From any thread.
+    /// Makes `run` return; if the loop is not running, the next `run`
+    /// returns at once. From any thread.
+    ///
+    /// A stop made while a callback runs (by that callback or by another
+    /// thread) takes effect as soon as that callback returns: no further
+    /// callback of this iteration runs, `run` returns, and `run_once`
+    /// returns the count so far (the stop then stays pending for the next
+    /// `run`, as a stop made outside `run` does). Nothing is lost: a
+    /// channel source takes no further message, and the events and posts
+    /// not dispatched stay pending for the next iteration (fds are
+    /// level-triggered; an edge-triggered or one-shot fd source whose event
+    /// was skipped is re-armed, so epoll reports it again if still ready).
     pub fn stop(&self) {
         self.inner.stop();
     }
@@ -628,25 +646,35 @@ impl Loop {
     pub fn run(&self) -> Result<()> {
         let _running = self.enter()?;
         loop {
+            // Read before the flag, so a stop racing with this check either
+            // is seen here or ends the iteration's dispatch.
+            let since = self.inner.stops.load(Ordering::Acquire);
             if self.inner.stop.swap(false, Ordering::AcqRel) {
                 // The stop is consumed; so is its wake-up, or the loop's fd
                 // would stay readable with nothing to do.
                 self.inner.wake.lower();
                 return Ok(());
             }
-            self.iterate(None)?;
+            self.iterate(None, since)?;
         }
     }
 
     /// Runs one iteration, waiting at most `timeout` for an event (`None`:
     /// without limit; zero: not at all, for embedding). Returns the number
-    /// of callbacks run.
+    /// of callbacks run. A stop made during the call ends its dispatch
+    /// early (see [`Loop::stop`]); one already pending does not.
     pub fn run_once(&self, timeout: Option<Duration>) -> Result<usize> {
         let _running = self.enter()?;
-        self.iterate(timeout)
+        let since = self.inner.stops.load(Ordering::Acquire);
+        self.iterate(timeout, since)
     }
 
-    fn iterate(&self, timeout: Option<Duration>) -> Result<usize> {
+    /// Whether `stop` was called since `stops` read `since`.
+    fn stopped(&self, since: u64) -> bool {
+        self.inner.stops.load(Ordering::Acquire) != since
+    }
+
+    fn iterate(&self, timeout: Option<Duration>, since: u64) -> Result<usize> {
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; BATCH];
         // A signal interrupting the wait is not an event: wait again for
         // what is left of the timeout, so EINTR never ends an iteration.
@@ -664,16 +692,45 @@ impl Loop {
         };
         let mut calls = 0;
         let loop_tag = self.inner.table.lock().tag;
-        for ev in &events[..n] {
+        for (i, ev) in events[..n].iter().enumerate() {
+            if self.stopped(since) {
+                self.rearm_skipped(&events[i..n], loop_tag);
+                break;
+            }
             // Copies: the struct is packed.
             let (key, revents) = (ev.u64, ev.events);
-            calls += self.dispatch(SourceId { key, loop_tag }, revents);
+            calls += self.dispatch(SourceId { key, loop_tag }, revents, since);
         }
         Ok(calls)
     }
 
+    /// Events fetched but left undispatched by a stop. Level-triggered fds
+    /// are reported again by the next wait; an edge-triggered or one-shot fd
+    /// source is re-armed, which makes epoll report it again if it is still
+    /// ready, so its event is not lost either.
+    fn rearm_skipped(&self, skipped: &[libc::epoll_event], loop_tag: u64) {
+        let mut tab = self.inner.table.lock();
+        for ev in skipped {
+            let id = SourceId {
+                key: ev.u64,
+                loop_tag,
+            };
+            let Some(entry) = tab.get_mut(id) else {
+                continue;
+            };
+            if matches!(entry.kind, Kind::Fd(_))
+                && entry.enabled
+                && entry.registered
+                && entry.events & (events::EDGE | events::ONESHOT) != 0
+            {
+                let fd = entry.fd(&self.inner);
+                let _ = self.inner.epoll.modify(fd, entry.events, id.key);
+            }
+        }
+    }
+
     /// Runs one source's callbacks for one event; returns how many ran.
-    fn dispatch(&self, id: SourceId, revents: u32) -> usize {
+    fn dispatch(&self, id: SourceId, revents: u32, since: u64) -> usize {
         let mut tab = self.inner.table.lock();
         let Some(entry) = tab.get_mut(id) else {
             return 0; // removed since the wait
@@ -697,7 +754,7 @@ impl Loop {
                     return 0;
                 }
                 let (chan, budget) = (chan.clone(), entry.budget);
-                return self.dispatch_chan(tab, id, &chan, budget);
+                return self.dispatch_chan(tab, id, &chan, budget, since);
             }
             Kind::Fd(_) => {
                 if entry.events & events::ONESHOT != 0 {
@@ -721,7 +778,7 @@ impl Loop {
         };
         let Some(event) = event else {
             drop(tab);
-            return self.run_posts();
+            return self.run_posts(since);
         };
         let Some(mut cb) = entry.callback.take() else {
             return 0;
@@ -734,13 +791,15 @@ impl Loop {
     }
 
     /// Delivers up to `budget` messages, one callback each, stopping early
-    /// if the source is removed or disabled by a callback.
+    /// if the source is removed or disabled by a callback, or the loop is
+    /// stopped: a message is taken only to be delivered.
     fn dispatch_chan(
         &self,
         mut tab: MutexGuard<'_, Table>,
         id: SourceId,
         chan: &Chan,
         budget: usize,
+        since: u64,
     ) -> usize {
         let Some(mut cb) = tab.get_mut(id).and_then(|e| e.callback.take()) else {
             return 0;
@@ -773,7 +832,7 @@ impl Loop {
                 }
                 Err(_) => break,
             }
-            if result.is_err() || !self.is_live(id) {
+            if result.is_err() || !self.is_live(id) || self.stopped(since) {
                 break;
             }
         }
@@ -822,11 +881,11 @@ impl Loop {
         self.inner.callback_done.notify_all();
     }
 
-    /// Runs pending posts in order, at most [`POST_BUDGET`].
-    fn run_posts(&self) -> usize {
+    /// Runs pending posts in order, at most [`POST_BUDGET`], until a stop.
+    fn run_posts(&self, since: u64) -> usize {
         let mut calls = 0;
         let mut id = [0u8; 8];
-        while calls < POST_BUDGET {
+        while calls < POST_BUDGET && !self.stopped(since) {
             if self.inner.posts.recv_into(&mut id, Wait::Never).is_err() {
                 break;
             }
@@ -853,6 +912,7 @@ impl Inner {
 
     fn stop(&self) {
         self.stop.store(true, Ordering::Release);
+        self.stops.fetch_add(1, Ordering::AcqRel);
         // Wake a blocked epoll_wait. A second raise only adds to the
         // counter, which the one read in `run` clears.
         let _ = self.wake.write(1);

@@ -263,7 +263,8 @@ pub extern "C" fn eventq_loop_run(lp: *const eventq_loop) -> c_int {
 /// at all, else at most timeout_ns, rounded up to a millisecond) and
 /// dispatches them. Returns the number of callbacks run (0 on timeout);
 /// -EBUSY if the loop is already being run; -EINVAL for NULL or a bad
-/// timeout.
+/// timeout. A stop made during the call ends its dispatch early (see
+/// `eventq_loop_stop`); a stop already pending does not.
 ///
 /// Thread safety: one thread at a time runs a loop.
 #[no_mangle]
@@ -282,8 +283,19 @@ pub extern "C" fn eventq_loop_run_once(lp: *const eventq_loop, timeout_ns: i64) 
     })
 }
 
-/// Makes `eventq_loop_run` return after the current iteration; if the loop
-/// is not running, the next run returns at once. Returns 0; -EINVAL for NULL.
+/// Makes `eventq_loop_run` return; if the loop is not running, the next run
+/// returns at once. Returns 0; -EINVAL for NULL.
+///
+/// A stop made while a callback runs (from that callback or another thread)
+/// takes effect as soon as that callback returns: no further callback of the
+/// iteration runs (not the rest of a channel source's budget, nor other
+/// ready sources, nor pending posts): a callback that stops the loop is the
+/// last one before the run returns. `eventq_loop_run` then returns
+/// 0; `eventq_loop_run_once` returns the count so far and leaves the stop
+/// pending for the next `eventq_loop_run`. Nothing is lost: a channel source
+/// takes no message it does not deliver, and what was not dispatched is
+/// dispatched by the next run (a skipped edge-triggered or one-shot fd
+/// source is re-armed, so it is reported again if still ready).
 ///
 /// Thread safety: any thread (not from a signal handler).
 #[no_mangle]
