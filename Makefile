@@ -140,7 +140,10 @@ install: $(LIB_SO) $(LIB_A) $(NATIVE_LIBS)
 	$(INSTALL) -m 644 $(MAN_DIR)/man7/*.7 $(DESTDIR)$(MANDIR)/man7
 
 # The install `make test` builds C code against; relinks only what changed.
+# Into an empty prefix, so no file of an earlier install (a man page of a
+# function since removed) can pass for one of this install.
 $(TEST_STAMP): $(LIB_SO) $(LIB_A) $(NATIVE_LIBS) $(HEADER) eventq.pc.in Makefile
+	rm -rf $(TEST_PREFIX)
 	$(MAKE) --no-print-directory install PREFIX=$(TEST_PREFIX) DESTDIR=
 	@touch $@
 install-test-prefix: $(TEST_STAMP)
