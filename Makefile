@@ -259,7 +259,7 @@ test-licenses:
 # Stage: the installed man pages: one per function of the header, found by
 # man, rendered without a warning, with the sections the comments call for.
 test-man-pages: $(TEST_STAMP) | need-man need-cc
-	CC="$(CC)" MAN="$(MAN)" scripts/check-man.sh $(TEST_PREFIX) $(HEADER) $(BUILD)/check-man
+	CC="$(CC)" MAN="$(MAN)" scripts/check-man.sh $(TEST_PREFIX) $(HEADER) docs/design.md $(BUILD)/check-man
 
 # Stage: tests/cmake built with find_package(eventq) against the test install
 # (and a moved copy of it, and a staged install with other directories):
