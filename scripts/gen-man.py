@@ -424,8 +424,8 @@ def link_lines():
     return [
         ".PP",
         "Link with \\fI\\-leventq\\fP, or with",
-        "\\fB$(pkg\\-config \\-\\-cflags \\-\\-libs eventq)\\fP;",
-        "statically with \\fB$(pkg\\-config \\-\\-cflags \\-\\-libs eventq\\-static)\\fP.",
+        "\\fB$(pkg\\-config\\ \\-\\-cflags\\ \\-\\-libs\\ eventq)\\fP;",
+        "statically with \\fB$(pkg\\-config\\ \\-\\-cflags\\ \\-\\-libs\\ eventq\\-static)\\fP.",
     ]
 
 
@@ -467,7 +467,7 @@ def function_page(fn, ctx):
             if word in ctx["structs"] and word not in structs:
                 structs.append(word)
     if structs:
-        names = ", ".join(f"\\fIstruct {esc(s)}\\fP" for s in structs)
+        names = ", ".join(f"\\fI{ctx['structs'][s]} {esc(s)}\\fP" for s in structs)
         out += [".PP", fill(f"{names} {'is' if len(structs) == 1 else 'are'} described in "
                             "\\fBeventq\\fP(7).")]
     if callbacks:
@@ -721,7 +721,7 @@ def main():
                          {it.name for it in items if it.kind in ("opaque", "struct", "enum", "callback")}),
         "callbacks": {it.name: it for it in items if it.kind == "callback"},
         "function_names": {f.name for f in functions},
-        "structs": {it.name for it in items if it.kind in ("struct", "enum")},
+        "structs": {it.name: it.keyword for it in items if it.kind in ("struct", "enum")},
         "date": date,
         "version": args.version,
     }
