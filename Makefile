@@ -205,7 +205,7 @@ $(MAN_STAMP): $(HEADER) docs/design.md scripts/gen-man.py Cargo.toml | need-pyth
 # The shared library as installed: its debug info copied into a file of its
 # own, then stripped from the library, which names that file (and its CRC)
 # in .gnu_debuglink; both keep the build ID.
-$(DIST_SO): $(LIB_SO) | need-objcopy
+$(DIST_SO): $(LIB_SO) Makefile | need-objcopy
 	@mkdir -p $(@D)
 	$(OBJCOPY) --only-keep-debug $(LIB_SO) $(DIST_DEBUG)
 	$(OBJCOPY) --strip-debug --add-gnu-debuglink=$(DIST_DEBUG) $(LIB_SO) $@
