@@ -629,7 +629,7 @@ def overview_page(ctx, top, items, contract):
                         "own follows the one it goes with."))
         for mac in macros:
             value = f" = {esc(mac.value)}" if mac.value else ""
-            out += [".TP", f"\\fB{esc(mac.name)}\\fP{value}"]
+            out += [".TP", f"\\fB{esc(mac.name)}{esc(mac.args or '')}\\fP{value}"]
             body = emit_blocks(blocks_of(mac.doc), markup) if mac.doc else []
             out += [ln if ln != ".PP" else ".IP" for ln in body] or ["\\&"]
     if others:
