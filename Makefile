@@ -457,7 +457,7 @@ demo: $(BUILD)/examples/$(DEMO)
 examples-c/$(DEMO).c:
 	@echo "error: examples-c/$(DEMO).c does not exist yet: nothing to demo" >&2; exit 1
 
-# --- Benchmark (issue 5) -----------------------------------------------------
+# --- Benchmark ---------------------------------------------------------------
 # `make bench`: benches/side_by_side.rs in a release build: libeventq against
 # crossbeam-channel, a semaphore-eventfd queue, a pipe and the seed's bare
 # eventfd, plus idle wake-up and ping-pong latency; prints one table (the
@@ -504,7 +504,7 @@ ifneq ($(filter clean,$(MAKECMDGOALS)),)
 endif
 
 # ============================================================================
-# Issue 6: proof under load, faults and bad input. Everything of issue 6 in
+# Proof under load, faults and bad input. Everything of it in
 # this Makefile is in this section (its test stages are appended to
 # TEST_STAGES here). The fault tests are tests/c/test_fault_*.c: the c-tests
 # stage runs them with the other C tests.
@@ -647,4 +647,4 @@ fuzz: $(NATIVE_LIBS) | need-cargo
 fuzz-merge:
 	@test -x $(FUZZ_BIN) || { echo "error: run make fuzz first" >&2; exit 1; }
 	$(FUZZ_BIN) -merge=1 $(FUZZ_CORPUS) $(FUZZ_DIR)/work
-# --- End of issue 6 section -------------------------------------------------
+# --- End of the load, fault and bad-input section ---------------------------
