@@ -173,28 +173,48 @@ mod model {
     }
 
     /// The kernel's eventfd as the channel uses it: a counter, readable
-    /// while non-zero.
+    /// while non-zero, plus the number of writes ever made, which is what
+    /// an edge-triggered waiter (EPOLLET, Go's netpoller) sees: each write
+    /// is an event, whether or not the counter was already non-zero.
     #[derive(Debug)]
-    pub(crate) struct EventFd(AtomicU64);
+    pub(crate) struct EventFd {
+        counter: AtomicU64,
+        writes: AtomicU64,
+    }
 
     impl EventFd {
         pub(crate) fn new() -> io::Result<EventFd> {
-            Ok(EventFd(AtomicU64::new(0)))
+            Ok(EventFd {
+                counter: AtomicU64::new(0),
+                writes: AtomicU64::new(0),
+            })
         }
 
-        /// The protocol writes only while the counter is 0; checked here so
-        /// loom reports any interleaving that breaks it.
+        /// A transition to raised: the protocol makes one only while the
+        /// counter is 0; checked here so loom reports any interleaving that
+        /// breaks it.
         pub(crate) fn raise(&self) {
-            let before = self.0.fetch_add(1, Ordering::SeqCst);
+            self.writes.fetch_add(1, Ordering::SeqCst);
+            let before = self.counter.fetch_add(1, Ordering::SeqCst);
             assert_eq!(before, 0, "doorbell raised while already raised");
         }
 
+        /// An edge for waiters, raised or not.
+        pub(crate) fn pulse(&self) {
+            self.writes.fetch_add(1, Ordering::SeqCst);
+            self.counter.fetch_add(1, Ordering::SeqCst);
+        }
+
         pub(crate) fn lower(&self) {
-            self.0.swap(0, Ordering::SeqCst);
+            self.counter.swap(0, Ordering::SeqCst);
         }
 
         pub(crate) fn is_raised(&self) -> bool {
-            self.0.load(Ordering::SeqCst) != 0
+            self.counter.load(Ordering::SeqCst) != 0
+        }
+
+        pub(crate) fn writes(&self) -> u64 {
+            self.writes.load(Ordering::SeqCst)
         }
     }
 

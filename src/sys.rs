@@ -64,12 +64,22 @@ impl EventFd {
     }
 
     /// Sets the fd readable. Only fails if the counter would overflow, which
-    /// the doorbell protocol rules out (it writes 1 only while the counter
-    /// is 0), so a failure is a broken invariant.
+    /// the doorbell protocol rules out (it writes 1 while the counter is 0,
+    /// and pulses at most once per refused call between two lowers), so a
+    /// failure is a broken invariant.
     #[cfg_attr(loom, allow(dead_code))] // under loom the channel uses a model
     pub(crate) fn raise(&self) {
         let res = self.write(1);
         debug_assert!(res.is_ok(), "eventfd doorbell write failed: {res:?}");
+    }
+
+    /// Adds one to the counter whether or not it is already up: an event
+    /// for edge-triggered waiters (EPOLLET, Go's netpoller), which a write
+    /// wakes even when the fd is readable already. The counter's value
+    /// means nothing beyond non-zero, and a lower resets it.
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn pulse(&self) {
+        self.raise();
     }
 
     /// Clears the fd. A read of a valid non-blocking eventfd cannot fail.

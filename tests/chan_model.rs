@@ -8,9 +8,12 @@
 //! - receive fd readable iff messages are pending or the channel is closed
 //!   (D4);
 //! - send fd as documented in `src/chan.rs`: lowered when a send fills the
-//!   channel or is refused for lack of room (while open), raised by the
-//!   receive that drains it to the low-water mark (messages and bytes) and
-//!   by close. This implies D5: never readable while full and open, always
+//!   channel or is refused for lack of room (while open), a batch send cut
+//!   short by lack of room included, raised by the receive that drains it
+//!   to the low-water mark (messages and bytes) and by close;
+//! - the doorbell counters: one write per transition to raised, and close
+//!   writes both fds even when they are up (an edge for edge-triggered
+//!   waiters). This implies D5: never readable while full and open, always
 //!   readable once closed.
 //!
 //! Two drivers: proptest (shrinks a failure to a minimal sequence) and a
@@ -194,8 +197,13 @@ impl Model {
             return Model::would_block(wait);
         }
         let mut n = 0;
+        let mut refused = false;
         for m in msgs {
-            if m.len() > self.max_msg || !self.fits(m.len()) {
+            if m.len() > self.max_msg {
+                break;
+            }
+            if !self.fits(m.len()) {
+                refused = true;
                 break;
             }
             self.bytes += m.len();
@@ -205,7 +213,7 @@ impl Model {
             n += 1;
         }
         self.raise_recv();
-        if self.is_full() {
+        if self.is_full() || refused {
             self.lower_send();
         }
         Got::Ok(n)
@@ -243,7 +251,16 @@ impl Model {
                     self.stats.received += 1;
                     got.push(m);
                 }
-                _ => break,
+                Some(_) => break,
+                None => {
+                    // Cut short by an empty queue: the caller, if it waits
+                    // for edges, is owed one; on a closed channel (always
+                    // raised) that is a write now.
+                    if self.closed {
+                        self.stats.recv_doorbell_rings += 1;
+                    }
+                    break;
+                }
             }
         }
         if self.q.is_empty() && !self.closed {
@@ -260,8 +277,11 @@ impl Model {
             return false;
         }
         self.closed = true;
-        self.raise_recv();
-        self.raise_send();
+        // Both fds are written even if up: raised, or pulsed.
+        self.recv_bit = true;
+        self.send_bit = true;
+        self.stats.recv_doorbell_rings += 1;
+        self.stats.send_doorbell_rings += 1;
         true
     }
 

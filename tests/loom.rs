@@ -12,6 +12,14 @@
 //!   low-water mark or when closed;
 //! - D1/D6: every accepted message is received once or still queued; close
 //!   loses nothing and wakes every blocked thread.
+//!
+//! The edge guarantee is checked with an edge-triggered observer: the
+//! eventfd model counts writes (each is an event to an EPOLLET waiter or Go's
+//! netpoller, up or not). A waiter notes the count, tries a call, and if it
+//! is refused with `WouldBlock` it would sleep until the count moves; at
+//! quiescence, if the call would now succeed (a message pending, or the
+//! send fd's rule says room, or the channel closed), the count must have
+//! moved.
 #![cfg(loom)]
 
 use std::collections::HashSet;
@@ -243,6 +251,115 @@ fn close_racing_sends_and_receives_keeps_the_doorbells_exact() {
         let received = consumer.join().unwrap();
         assert_doorbells_match(&chan);
         assert_eq!(received + drain(&chan).len(), accepted, "D1/D6");
+        assert_doorbells_match(&chan);
+    });
+}
+
+/// The writes the receive fd had, if a non-blocking receive was refused
+/// right after: an edge-triggered waiter that is now asleep until the
+/// count moves.
+fn refused_receive(chan: &Chan) -> Option<u64> {
+    let seen = chan.doorbell_writes().0;
+    matches!(chan.recv(Wait::Never), Err(Error::WouldBlock)).then_some(seen)
+}
+
+/// Fails unless a receiver refused at `seen` writes got an event since,
+/// when a message is pending or the channel is closed.
+fn assert_recv_edge(chan: &Chan, refused_at: Option<u64>) {
+    let s = chan.stats();
+    if let Some(seen) = refused_at {
+        if s.pending > 0 || s.closed {
+            assert!(
+                chan.doorbell_writes().0 > seen,
+                "edge: a refused receiver got no event, with {s:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_refused_receiver_gets_an_edge_for_the_next_message() {
+    // The lost wake-up: the taker claims the last message and has not yet
+    // lowered the fd when the waiter is refused; the next send finds the fd
+    // up and writes nothing, and the taker, seeing that message, lowers
+    // nothing. The waiter sends it itself so that only two threads run.
+    model(|| {
+        let chan = Chan::new(Options::new(2)).unwrap();
+        chan.send(b"1", Wait::Never).unwrap();
+        let rx = chan.clone();
+        let taker = thread::spawn(move || rx.recv(Wait::Never).is_ok());
+        let refused_at = refused_receive(&chan);
+        chan.send(b"2", Wait::Never).unwrap();
+        taker.join().unwrap();
+        assert_recv_edge(&chan, refused_at);
+        assert_doorbells_match(&chan);
+    });
+}
+
+#[test]
+fn a_short_batch_receive_is_owed_an_edge_too() {
+    // A batch that drains the queue finds it empty before it lowers the fd;
+    // a send landing in between finds the fd up and writes nothing, and the
+    // batch, returning short, must not leave the fd up without an event.
+    model(|| {
+        let chan = Chan::new(Options::new(4)).unwrap();
+        chan.send(b"1", Wait::Never).unwrap();
+        let tx = chan.clone();
+        let sender = thread::spawn(move || tx.send(b"2", Wait::Never).unwrap());
+        let seen = chan.doorbell_writes().0;
+        let (mut buf, mut lens) = ([0u8; 8], [0usize; 4]);
+        // Fewer than asked: an edge-triggered caller waits for an event next.
+        let short = match chan.recv_batch(&mut buf, &mut lens, Wait::Never) {
+            Ok(n) => n < 4,
+            Err(e) => matches!(e, Error::WouldBlock),
+        };
+        sender.join().unwrap();
+        assert_recv_edge(&chan, short.then_some(seen));
+        assert_doorbells_match(&chan);
+    });
+}
+
+#[test]
+fn close_gives_a_refused_receiver_an_edge() {
+    // No send: close must write the receive fd even if it is up already.
+    model3(|| {
+        let chan = Chan::new(Options::new(2)).unwrap();
+        chan.send(b"1", Wait::Never).unwrap();
+        let rx = chan.clone();
+        let taker = thread::spawn(move || rx.recv(Wait::Never).is_ok());
+        let w = chan.clone();
+        let waiter = thread::spawn(move || refused_receive(&w));
+        chan.close();
+        taker.join().unwrap();
+        let refused_at = waiter.join().unwrap();
+        assert_recv_edge(&chan, refused_at);
+        assert_doorbells_match(&chan);
+    });
+}
+
+#[test]
+fn a_refused_sender_gets_an_edge_when_room_comes() {
+    // The mirror: the waiter finds the ring full just before a receive
+    // frees it, and the send fd, never lowered, stays up: without an event
+    // the waiter sleeps on an empty channel.
+    model3(|| {
+        let chan = Chan::new(Options::new(1)).unwrap();
+        let tx = chan.clone();
+        let sender = thread::spawn(move || tx.send(b"1", Wait::Never).is_ok());
+        let rx = chan.clone();
+        let receiver = thread::spawn(move || rx.recv(Wait::Never).is_ok());
+        let seen = chan.doorbell_writes().1;
+        let refused = matches!(chan.send(b"2", Wait::Never), Err(Error::WouldBlock));
+        sender.join().unwrap();
+        receiver.join().unwrap();
+        let s = chan.stats();
+        // Low water is capacity / 2 = 0: the send fd's rule says room at 0.
+        if refused && s.pending == 0 {
+            assert!(
+                chan.doorbell_writes().1 > seen,
+                "edge: a refused sender got no event, with {s:?}"
+            );
+        }
         assert_doorbells_match(&chan);
     });
 }

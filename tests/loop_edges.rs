@@ -1,5 +1,6 @@
 //! Edge cases of the loop found in review: end of stream once, a stop that
-//! leaves nothing behind, ids that belong to their loop, a non-blocking fd.
+//! leaves nothing behind, a stop inside a callback that runs nothing more
+//! and loses nothing, ids that belong to their loop, a non-blocking fd.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -52,6 +53,66 @@ fn stop_seen_by_run_once_does_not_keep_an_embedder_awake() {
     assert!(!is_readable(lp.fd()).unwrap());
     // The stop is still pending: this run returns without any event.
     lp.run().unwrap();
+}
+
+#[test]
+fn a_stop_inside_a_callback_takes_effect_when_it_returns() {
+    let lp = Loop::new().unwrap();
+    let (a, b) = (
+        Chan::new(Options::new(16)).unwrap(),
+        Chan::new(Options::new(16)).unwrap(),
+    );
+    for _ in 0..10 {
+        a.send(b"a", eventq::Wait::Never).unwrap();
+        b.send(b"b", eventq::Wait::Never).unwrap();
+    }
+    // calls[0]: a's messages, [1]: b's, [2]: posts; [3]: calls after the stop.
+    let calls = Arc::new([const { AtomicUsize::new(0) }; 4]);
+    let stopped = Arc::new(AtomicUsize::new(0));
+    let note = {
+        let (calls, stopped) = (calls.clone(), stopped.clone());
+        move |i: usize| {
+            if stopped.load(Ordering::SeqCst) == 1 {
+                calls[3].fetch_add(1, Ordering::SeqCst);
+            }
+            calls[i].fetch_add(1, Ordering::SeqCst);
+        }
+    };
+    let (n, s) = (note.clone(), stopped.clone());
+    lp.add_chan(&a, move |lp, _, _| {
+        n(0);
+        if s.fetch_add(1, Ordering::SeqCst) == 0 {
+            lp.stop();
+        }
+        Ok(())
+    })
+    .unwrap();
+    let n = note.clone();
+    lp.add_chan(&b, move |_, _, _| {
+        n(1);
+        Ok(())
+    })
+    .unwrap();
+    for _ in 0..3 {
+        let n = note.clone();
+        lp.post(move |_| n(2)).unwrap();
+    }
+    lp.run().unwrap();
+    let got = |i: usize| calls[i].load(Ordering::SeqCst);
+    assert_eq!((got(0), got(3)), (1, 0), "nothing ran after the stop");
+    assert_eq!(
+        (got(1), got(2)),
+        (0, 0),
+        "the other source and the posts wait"
+    );
+    assert_eq!(a.stats().pending, 9, "a stopped source takes no message");
+    // The next iterations deliver the rest; a stop pending before run_once
+    // does not end its dispatch.
+    stopped.store(2, Ordering::SeqCst);
+    lp.stop();
+    while lp.run_once(Some(Duration::ZERO)).unwrap() > 0 {}
+    assert_eq!((got(0), got(1), got(2), got(3)), (10, 10, 3, 0));
+    lp.run().unwrap(); // the pending stop
 }
 
 #[test]

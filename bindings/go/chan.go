@@ -126,6 +126,17 @@ var liveChans atomic.Int64
 //     FinalStats. After Release, calls on this Chan return ErrReleased, and
 //     goroutines still waiting on it wake with ErrReleased. A finalizer
 //     releases a forgotten handle, but only as a backstop: call Release.
+//
+// # Cost
+//
+// A channel holds two eventfds (receive and send readiness) for as long as
+// any handle lives. Its slots are allocated when it is created, whether
+// used or not: 96 bytes a slot, so about 96 KiB at the default capacity of
+// 1024 (WithCapacity sets it); a slot that has carried a message longer
+// than 48 bytes also keeps that message's buffer for reuse (up to 64 KiB).
+// Each goroutine waiting in Send or Recv holds one more fd, a dup of the
+// send or receive eventfd; up to 16 idle ones per direction stay open for
+// reuse until Release.
 type Chan struct {
 	ptr    *C.eventq_chan
 	handle C.uintptr_t // ptr as an integer, for the eq_* wrappers
@@ -180,7 +191,7 @@ type options struct {
 type Option func(*options)
 
 // WithCapacity sets the most messages queued at once (default 1024; at
-// least 1).
+// least 1). The slots are allocated at creation: 96 bytes each.
 func WithCapacity(n int) Option { return func(o *options) { o.capacity = n } }
 
 // WithMaxBytes sets the most bytes queued at once, the sum of the queued
@@ -211,7 +222,7 @@ func NewChan(opts ...Option) (*Chan, error) {
 		return nil, syscall.EINVAL
 	}
 	var copts C.eventq_chan_opts
-	if rc := C.eventq_chan_opts_init(&copts); rc < 0 {
+	if rc := C.eventq_chan_opts_init(&copts, C.sizeof_struct_eventq_chan_opts); rc < 0 {
 		return nil, errOf(rc)
 	}
 	copts.capacity = C.size_t(o.capacity)
@@ -264,7 +275,7 @@ func (c *Chan) done(s int) {
 
 func (c *Chan) free() {
 	var st C.eventq_chan_stats
-	if C.eventq_chan_free_final(c.ptr, &st) == 1 {
+	if C.eventq_chan_free_final(c.ptr, &st, C.sizeof_struct_eventq_chan_stats) == 1 {
 		s := statsOf(&st)
 		c.final.Store(&s)
 	}
@@ -363,7 +374,7 @@ func (c *Chan) Stats() (Stats, error) {
 	}
 	defer c.done(refOther)
 	var st C.eventq_chan_stats
-	if rc := C.eventq_chan_get_stats(c.ptr, &st); rc < 0 {
+	if rc := C.eventq_chan_get_stats(c.ptr, &st, C.sizeof_struct_eventq_chan_stats); rc < 0 {
 		return Stats{}, errOf(rc)
 	}
 	return statsOf(&st), nil
@@ -371,16 +382,29 @@ func (c *Chan) Stats() (Stats, error) {
 
 // RecvFd returns the channel's receive fd, for users who poll it in their
 // own event loop: readable exactly while messages are pending or the
-// channel is closed (D4). The fd belongs to the channel and stays valid
-// until the last handle is released: poll it, never read, write or close
-// it, and never pass it to os.NewFile (the os.File would close it; use
-// RecvFile for an *os.File).
-func (c *Chan) RecvFd() int { return c.recvFd }
+// channel is closed (D4). The fd belongs to the channel: poll it, never
+// read, write or close it, and never pass it to os.NewFile (the os.File
+// would close it; use RecvFile for an *os.File). It is -1 once this handle
+// is released: the number may already be closed or reused by then. Use it
+// only while this handle is not released (RecvFile's dup has no such
+// limit).
+func (c *Chan) RecvFd() int {
+	if c.ref.closed() {
+		return -1
+	}
+	return c.recvFd
+}
 
 // SendFd returns the channel's send fd: not readable while the channel is
 // full and open, readable again once it drained to the low-water mark or
-// is closed (D5). Ownership as for RecvFd.
-func (c *Chan) SendFd() int { return c.sendFd }
+// is closed (D5). Ownership, and -1 once this handle is released, as for
+// RecvFd.
+func (c *Chan) SendFd() int {
+	if c.ref.closed() {
+		return -1
+	}
+	return c.sendFd
+}
 
 // RecvFile returns a duplicate of the receive fd (close-on-exec, shares
 // its readiness) as an *os.File registered with Go's netpoller; the caller
@@ -958,9 +982,11 @@ var aLongTimeAgo = time.Unix(1, 0)
 // wait parks the goroutine in the netpoller on the channel's receive or
 // send fd until op, a non-blocking attempt, returns something other than
 // -EAGAIN; it returns that code. op runs inside SyscallConn().Read: a
-// false return (EAGAIN) waits for the fd's next readiness edge, which the
-// library raises on exactly the transitions a waiter needs (the queue
-// leaving empty, draining to low water, close). ctx ends the wait through
+// false return (EAGAIN) waits for the fd's next eventfd write, since the
+// netpoller is edge-triggered. The library owes every call that returned
+// -EAGAIN such a write no later than when the call would succeed (a
+// message to receive; the send fd's low-water rule) or the channel
+// closes, so a parked waiter is never forgotten. ctx ends the wait through
 // a read deadline set by context.AfterFunc; the error is then ctx.Err().
 // op never runs after the wait has ended, so nothing it took is lost.
 func (c *Chan) wait(ctx context.Context, d direction, op func() C.int) (C.int, error) {

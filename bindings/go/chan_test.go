@@ -295,11 +295,12 @@ func TestSendContextCancel(t *testing.T) {
 	// The refused messages were not queued (D5): only 1 and 2 are there.
 	c.Close()
 	var got []string
-	for m, err := range c.All(context.Background()) {
-		if err != nil {
-			t.Fatal(err)
-		}
+	msgs, errf := c.All(context.Background())
+	for m := range msgs {
 		got = append(got, string(m))
+	}
+	if err := errf(); err != nil {
+		t.Fatal(err)
 	}
 	if len(got) != 2 || got[0] != "1" || got[1] != "2" {
 		t.Fatalf("queue after cancelled sends: %q", got)
@@ -391,11 +392,8 @@ func TestCloseWakesAllWaiters(t *testing.T) {
 			defer close(recvDone)
 			goN(4, func(int) {
 				v := tr.consumer()
-				for m, err := range c.All(context.Background()) {
-					if err != nil {
-						t.Error(err)
-						return
-					}
+				msgs, errf := c.All(context.Background())
+				for m := range msgs {
 					v.add(m)
 					if tr.received.Load() >= senders*per/3 {
 						closeOnce.Do(func() {
@@ -403,6 +401,9 @@ func TestCloseWakesAllWaiters(t *testing.T) {
 							close(closed)
 						})
 					}
+				}
+				if err := errf(); err != nil {
+					t.Error(err)
 				}
 			})
 		}()
@@ -564,40 +565,92 @@ func TestUserPollsRecvFile(t *testing.T) {
 	totalMessages.Add(n)
 }
 
-// Breaking out of a range over All takes nothing more than was yielded.
-func TestAllBreakLosesNothing(t *testing.T) {
+// All and Batches: breaking out takes nothing more than was yielded, and
+// the error function tells end of stream (nil) from a failed receive.
+func TestAllAndBatches(t *testing.T) {
 	c := newChan(t)
 	for seq := uint64(0); seq < 10; seq++ {
 		c.TrySend(makeMsg(0, seq))
 	}
+	msgs, errf := c.All(context.Background())
 	i := 0
-	for m, err := range c.All(context.Background()) {
-		if _, seq, _ := checkMsg(m); err != nil || seq != uint64(i) {
-			t.Fatalf("message %d: seq %d, %v", i, seq, err)
+	for m := range msgs {
+		if _, seq, _ := checkMsg(m); seq != uint64(i) {
+			t.Fatalf("message %d: seq %d", i, seq)
 		}
 		if i++; i == 3 {
 			break
 		}
 	}
-	for batch := range c.Batches(context.Background(), 4) {
+	if err := errf(); err != nil {
+		t.Fatalf("error after a break: %v", err)
+	}
+	batches, berrf := c.Batches(context.Background(), 4)
+	for batch := range batches {
 		if _, seq, _ := checkMsg(batch[0]); seq != 3 || len(batch) != 4 {
 			t.Fatalf("batch after break: first seq %d, %d messages", seq, len(batch))
 		}
 		break
 	}
+	if err := berrf(); err != nil {
+		t.Fatalf("Batches error after a break: %v", err)
+	}
 	if st, _ := c.Stats(); st.Pending != 3 {
 		t.Fatalf("pending %d, want 3", st.Pending)
 	}
+
+	// Cancellation is not end of stream: the error function says which.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	var last error
-	for range 2 {
-		for _, err := range c.All(ctx) {
-			last = err
-		}
+	for range 3 {
+		c.TryRecv()
 	}
-	if !errors.Is(last, context.Canceled) {
-		t.Fatalf("All with a cancelled ctx on an empty channel ended with %v", last)
+	cmsgs, cerrf := c.All(ctx)
+	for range cmsgs {
+		t.Fatal("a message from an empty channel")
+	}
+	if err := cerrf(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("All with a cancelled ctx on an empty channel: %v", err)
+	}
+	cbatches, cberrf := c.Batches(ctx, 0)
+	for range cbatches {
+		t.Fatal("a batch from an empty channel")
+	}
+	if err := cberrf(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Batches with a cancelled ctx on an empty channel: %v", err)
+	}
+
+	// End of stream: the rest, then nil. A second range over the same
+	// iterator starts afresh: its error is its own.
+	c.TrySend([]byte("last"))
+	c.Close()
+	var got []string
+	for m := range cmsgs {
+		got = append(got, string(m))
+	}
+	if err := cerrf(); err != nil || len(got) != 1 || got[0] != "last" {
+		t.Fatalf("end of stream: %q, %v", got, err)
+	}
+	for range cbatches {
+		t.Fatal("a batch after end of stream")
+	}
+	if err := cberrf(); err != nil {
+		t.Fatalf("Batches at end of stream: %v", err)
+	}
+
+	// A released handle.
+	c2 := newChan(t)
+	m2, errf2 := c2.All(context.Background())
+	b2, berrf2 := c2.Batches(context.Background(), 0)
+	c2.Release()
+	for range m2 {
+		t.Fatal("a message from a released handle")
+	}
+	for range b2 {
+		t.Fatal("a batch from a released handle")
+	}
+	if !errors.Is(errf2(), eventq.ErrReleased) || !errors.Is(berrf2(), eventq.ErrReleased) {
+		t.Fatalf("released handle: %v, %v", errf2(), berrf2())
 	}
 }
 
@@ -631,6 +684,13 @@ func TestRelease(t *testing.T) {
 	if err := c.TrySend(nil); !errors.Is(err, eventq.ErrReleased) {
 		t.Fatalf("TrySend on a released handle: %v", err)
 	}
+	// A released handle's fd numbers may be closed or reused: -1.
+	if c.RecvFd() != -1 || c.SendFd() != -1 {
+		t.Fatalf("fds of a released handle: %d %d", c.RecvFd(), c.SendFd())
+	}
+	if !readable(t, c2.SendFd()) || readable(t, c2.RecvFd()) {
+		t.Fatalf("the clone's fds (%d, %d) after the first handle's release", c2.RecvFd(), c2.SendFd())
+	}
 	if _, ok := c.FinalStats(); ok {
 		t.Fatal("final stats from a handle that was not the last")
 	}
@@ -640,6 +700,9 @@ func TestRelease(t *testing.T) {
 	c2.TrySend([]byte("c"))
 	c2.TryRecv()
 	c2.Release()
+	if c2.RecvFd() != -1 || c2.SendFd() != -1 {
+		t.Fatalf("fds after the last release: %d %d", c2.RecvFd(), c2.SendFd())
+	}
 	st, ok := c2.FinalStats()
 	if !ok || st.Dropped != 2 || st.Sent != 3 || st.Received != 1 {
 		t.Fatalf("final stats %+v %v", st, ok)

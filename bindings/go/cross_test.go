@@ -56,15 +56,7 @@ func TestCrossCProducersToGoConsumers(t *testing.T) {
 			drain(t, c, v)
 			return
 		}
-		for batch, err := range c.Batches(context.Background(), 64) {
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			for _, m := range batch {
-				v.add(m)
-			}
-		}
+		drainBatches(context.Background(), t, c, v, 64)
 	})
 	tr.verify(t)
 	totalMessages.Add(producers * per)

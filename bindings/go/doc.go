@@ -7,7 +7,9 @@
 // and in its producer's order, whichever side of the cgo line sends or
 // receives. Goroutines that wait on a Chan (receiving from an empty one,
 // sending to a full one) park in Go's netpoller, not on an OS thread, and a
-// context.Context ends the wait.
+// context.Context ends the wait. [RecvAny] waits on several channels at
+// once and takes one message from one of them, losing nothing when the
+// caller stops.
 //
 // A [Loop] is libeventq's epoll dispatcher, with Go callbacks for fd,
 // timer, channel and signal sources, posts from any goroutine, and panics

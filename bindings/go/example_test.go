@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"time"
 
 	eventq "github.com/libeventq/eventq-go"
 )
@@ -28,12 +30,13 @@ func ExampleChan() {
 		ch.Close() // end of stream: the receiver's range ends
 	}()
 
-	for msg, err := range ch.All(context.Background()) {
-		if err != nil {
-			fmt.Println(err)
-			return
-		}
+	msgs, errf := ch.All(context.Background())
+	for msg := range msgs {
 		fmt.Println(string(msg))
+	}
+	if err := errf(); err != nil { // nil at end of stream
+		fmt.Println(err)
+		return
 	}
 	st, _ := ch.Stats()
 	fmt.Println("sent", st.Sent, "received", st.Received)
@@ -156,4 +159,60 @@ func ExampleLoop_panic() {
 	fmt.Println(errors.As(err, &perr), perr.Value)
 	// Output:
 	// true bad handler
+}
+
+// RecvAny waits on several channels at once and takes one message from one
+// of them; a channel closed and drained reports ErrClosed with its index
+// and leaves the set.
+func ExampleRecvAny() {
+	orders, _ := eventq.NewChan()
+	defer orders.Release()
+	alerts, _ := eventq.NewChan()
+	defer alerts.Release()
+	orders.TrySend([]byte("order 1"))
+	orders.TrySend([]byte("order 2"))
+	alerts.TrySend([]byte("disk full"))
+	orders.Close()
+	alerts.Close()
+
+	chans := []*eventq.Chan{orders, alerts}
+	names := []string{"orders", "alerts"}
+	got := map[string][]string{}
+	for len(chans) > 0 {
+		i, msg, err := eventq.RecvAny(context.Background(), chans...)
+		switch {
+		case errors.Is(err, eventq.ErrClosed): // chans[i] ended
+			chans = slices.Delete(chans, i, i+1)
+			names = slices.Delete(names, i, i+1)
+		case err != nil:
+			fmt.Println(err)
+			return
+		default:
+			got[names[i]] = append(got[names[i]], string(msg))
+		}
+	}
+	fmt.Println(got["orders"], got["alerts"])
+	// Output:
+	// [order 1 order 2] [disk full]
+}
+
+// A deadline is the timer of the select: RecvAny returns when it passes,
+// having taken nothing, so what arrives later waits for the next receive.
+func ExampleRecvAny_timeout() {
+	a, _ := eventq.NewChan()
+	defer a.Release()
+	b, _ := eventq.NewChan()
+	defer b.Release()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	_, _, err := eventq.RecvAny(ctx, a, b)
+	fmt.Println(err)
+
+	b.TrySend([]byte("late"))
+	i, msg, err := eventq.RecvAny(context.Background(), a, b)
+	fmt.Println(i, string(msg), err)
+	// Output:
+	// context deadline exceeded
+	// 1 late <nil>
 }

@@ -24,3 +24,13 @@ func SetParkHook(c *Chan, fn func(send bool)) {
 // CgoCall makes one cgo call that does nothing (eventq_version), to
 // measure the crossing alone.
 func CgoCall() { libVersion() }
+
+// SetSelectParkHook makes fn run each time RecvAny is about to park in the
+// netpoller; nil removes it.
+func SetSelectParkHook(fn func()) {
+	if fn == nil {
+		selectParkHook.Store(nil)
+		return
+	}
+	selectParkHook.Store(&fn)
+}

@@ -172,11 +172,24 @@ func newChan(tb testing.TB, opts ...eventq.Option) *eventq.Chan {
 
 // drain receives everything until end of stream into the consumer view.
 func drain(tb testing.TB, c *eventq.Chan, v *consumer) {
-	for msg, err := range c.All(context.Background()) {
-		if err != nil {
-			tb.Error(err)
-			return
-		}
+	msgs, errf := c.All(context.Background())
+	for msg := range msgs {
 		v.add(msg)
+	}
+	if err := errf(); err != nil {
+		tb.Error(err)
+	}
+}
+
+// drainBatches is drain through Batches.
+func drainBatches(ctx context.Context, tb testing.TB, c *eventq.Chan, v *consumer, max int) {
+	batches, errf := c.Batches(ctx, max)
+	for batch := range batches {
+		for _, m := range batch {
+			v.add(m)
+		}
+	}
+	if err := errf(); err != nil {
+		tb.Error(err)
 	}
 }

@@ -64,16 +64,7 @@ func TestSeedBurst(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		v := tr.consumer()
-		for batch, err := range c.Batches(context.Background(), 128) {
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			for _, m := range batch {
-				v.add(m)
-			}
-		}
+		drainBatches(context.Background(), t, c, tr.consumer(), 128)
 	}()
 	goN(1, func(int) {
 		for seq := uint64(0); seq < n; seq++ {
@@ -137,15 +128,7 @@ func TestSeedManyClients(t *testing.T) {
 					v.add(append([]byte(nil), buf[:n]...))
 				}
 			case 2: // RecvBatch
-				for batch, err := range c.Batches(ctx, 16) {
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					for _, m := range batch {
-						v.add(m)
-					}
-				}
+				drainBatches(ctx, t, c, v, 16)
 			case 3: // All
 				drain(t, c, v)
 			}

@@ -1,7 +1,8 @@
 /*
  * The loop's other sources and calls through the C ABI: timers (one-shot
  * order, periodic expiration counts, re-arming), posts (order from one and
- * several threads, posts from posts, capacity), stop from another thread,
+ * several threads, posts from posts, capacity), stop from another thread
+ * and inside a callback (no callback after it, nothing lost),
  * -EBUSY on re-entrant or concurrent runs, fd sources (level, edge, one-shot,
  * OUT, PRI, HUP, RDHUP, set_events, disable/enable), signal sources, negative
  * returns, and the embedded mode (the loop fd polled from an outer loop).
@@ -484,6 +485,196 @@ static void test_posts_threads_and_stop(void)
     eventq_loop_run_once(r.lp, 0); /* consume the stop's wake-up */
     close(r.efd);
     eventq_loop_free(r.lp);
+}
+
+/* ---- stop inside a callback ---- */
+
+/* A stop takes effect when the running callback returns: no other callback
+ * of the iteration runs (the rest of a channel source's budget, the other
+ * ready sources, the posts), and nothing is lost: what was skipped is
+ * dispatched by the next run, edge-triggered and one-shot fds included. */
+struct stopper {
+    struct eventq_loop *lp;
+    int stopped; /* a callback called eventq_loop_stop */
+    int late;    /* callbacks that ran after it, in the same run */
+    int stop_on_first;
+    int msgs_a, msgs_b, fd_level, fd_edge, fd_oneshot, posts;
+};
+
+static void stopper_note(struct stopper *s)
+{
+    if (s->stopped)
+        s->late++;
+}
+
+static int stop_chan_a_cb(struct eventq_source *src, const void *d, size_t len, void *ud)
+{
+    struct stopper *s = ud;
+    (void)src, (void)len;
+    stopper_note(s);
+    if (d)
+        s->msgs_a++;
+    if (s->stop_on_first && !s->stopped) {
+        s->stopped = 1;
+        eventq_loop_stop(s->lp);
+    }
+    return 0;
+}
+
+static int stop_chan_b_cb(struct eventq_source *src, const void *d, size_t len, void *ud)
+{
+    struct stopper *s = ud;
+    (void)src, (void)len;
+    stopper_note(s);
+    s->msgs_b += d != NULL;
+    return 0;
+}
+
+static int stop_fd_cb(struct eventq_source *src, int fd, uint32_t rev, void *ud)
+{
+    struct stopper *s = ud;
+    (void)src, (void)fd, (void)rev;
+    stopper_note(s);
+    return 0;
+}
+
+static int stop_fd_level_cb(struct eventq_source *src, int fd, uint32_t rev, void *ud)
+{
+    ((struct stopper *)ud)->fd_level++;
+    drain(fd);
+    return stop_fd_cb(src, fd, rev, ud);
+}
+
+static int stop_fd_edge_cb(struct eventq_source *src, int fd, uint32_t rev, void *ud)
+{
+    ((struct stopper *)ud)->fd_edge++; /* not drained: no new edge comes */
+    return stop_fd_cb(src, fd, rev, ud);
+}
+
+static int stop_fd_oneshot_cb(struct eventq_source *src, int fd, uint32_t rev, void *ud)
+{
+    ((struct stopper *)ud)->fd_oneshot++;
+    return stop_fd_cb(src, fd, rev, ud);
+}
+
+struct stop_post {
+    struct stopper *s;
+    int ran, destroyed;
+};
+
+static void stop_post_fn(void *arg)
+{
+    struct stop_post *p = arg;
+    stopper_note(p->s);
+    p->ran++;
+    p->s->posts++;
+}
+
+static void stop_post_destroy(void *arg) { ((struct stop_post *)arg)->destroyed++; }
+
+static void test_stop_in_callback(void)
+{
+    struct eventq_loop *lp;
+    eventq_chan *a, *b;
+    struct eventq_source *h[5];
+    int pl[2], pe[2], po[2];
+    struct stopper s = { 0 };
+    struct stop_post posts[3] = { { &s, 0, 0 }, { &s, 0, 0 }, { &s, 0, 0 } };
+
+    REQUIRE("loop_new", eventq_loop_new(&lp) == 0);
+    REQUIRE("chan_new", eventq_chan_new(NULL, &a) == 0);
+    REQUIRE("chan_new", eventq_chan_new(NULL, &b) == 0);
+    mkpipe(pl);
+    mkpipe(pe);
+    mkpipe(po);
+    s.lp = lp;
+    s.stop_on_first = 1;
+    /* Everything is ready before the sources are added, so epoll reports
+     * them in the order added: a first, whose first callback stops. */
+    for (int i = 0; i < 10; i++) {
+        REQUIRE("send", eventq_chan_send(a, "a", 1, 0) == 0);
+        REQUIRE("send", eventq_chan_send(b, "b", 1, 0) == 0);
+    }
+    REQUIRE("write", write(pl[1], "l", 1) == 1);
+    REQUIRE("write", write(pe[1], "e", 1) == 1);
+    REQUIRE("write", write(po[1], "o", 1) == 1);
+    REQUIRE("add_chan", eventq_loop_add_chan(lp, a, stop_chan_a_cb, &s, NULL, &h[0]) == 0);
+    REQUIRE("add_chan", eventq_loop_add_chan(lp, b, stop_chan_b_cb, &s, NULL, &h[1]) == 0);
+    REQUIRE("add_fd", eventq_loop_add_fd(lp, pl[0], EVENTQ_IN, stop_fd_level_cb, &s, NULL, &h[2]) == 0);
+    REQUIRE("add_fd", eventq_loop_add_fd(lp, pe[0], EVENTQ_IN | EVENTQ_EDGE, stop_fd_edge_cb, &s, NULL,
+                                         &h[3]) == 0);
+    REQUIRE("add_fd", eventq_loop_add_fd(lp, po[0], EVENTQ_IN | EVENTQ_ONESHOT, stop_fd_oneshot_cb, &s,
+                                         NULL, &h[4]) == 0);
+    for (int i = 0; i < 3; i++)
+        REQUIRE("post", eventq_loop_post(lp, stop_post_fn, &posts[i], stop_post_destroy) == 0);
+
+    CHECK_INT("stop in a callback: run returns 0", eventq_loop_run(lp), 0);
+    CHECK_INT("stop in a callback: it was the channel source's first message", s.msgs_a, 1);
+    CHECK_INT("stop in a callback: no callback ran after it", s.late, 0);
+    CHECK_MSG("stop in a callback: the other sources and the posts waited",
+              s.msgs_b == 0 && s.fd_level == 0 && s.fd_edge == 0 && s.fd_oneshot == 0 && s.posts == 0,
+              "b %d level %d edge %d oneshot %d posts %d", s.msgs_b, s.fd_level, s.fd_edge,
+              s.fd_oneshot, s.posts);
+    eventq_chan_stats st;
+    REQUIRE("stats", eventq_chan_get_stats(a, &st, sizeof st) == 0);
+    CHECK_U64("stop in a callback: no message taken but the one delivered", st.pending, 9);
+
+    /* The next iterations dispatch what the stop left: every message, the
+     * level fd, the edge-triggered and one-shot fds whose events were
+     * skipped (re-armed, no new write), and the posts. */
+    s.stopped = 0;
+    s.stop_on_first = 0;
+    int rounds = 0;
+    while (eventq_loop_run_once(lp, 0) > 0 && rounds < 100)
+        rounds++;
+    CHECK_MSG("stop in a callback: nothing lost",
+              s.msgs_a == 10 && s.msgs_b == 10 && s.fd_level == 1 && s.fd_edge == 1 &&
+                  s.fd_oneshot == 1 && s.posts == 3,
+              "a %d b %d level %d edge %d oneshot %d posts %d", s.msgs_a, s.msgs_b, s.fd_level,
+              s.fd_edge, s.fd_oneshot, s.posts);
+    CHECK_MSG("stop in a callback: each post ran and was destroyed once",
+              posts[0].ran == 1 && posts[0].destroyed == 1 && posts[2].ran == 1 &&
+                  posts[2].destroyed == 1, "ran %d/%d destroyed %d/%d", posts[0].ran,
+              posts[2].ran, posts[0].destroyed, posts[2].destroyed);
+
+    /* run_once: a stop in its callback ends its dispatch too, and stays
+     * pending for the next run; a pending stop does not cut a later
+     * run_once short. */
+    s.stop_on_first = 1;
+    for (int i = 0; i < 3; i++)
+        REQUIRE("send", eventq_chan_send(a, "a", 1, 0) == 0);
+    REQUIRE("post", eventq_loop_post(lp, stop_post_fn, &posts[0], stop_post_destroy) == 0);
+    CHECK_INT("stop in run_once: one callback", eventq_loop_run_once(lp, 0), 1);
+    CHECK_INT("stop in run_once: no callback after it", s.late, 0);
+    CHECK_INT("stop in run_once: the stop stays pending: run returns at once", eventq_loop_run(lp), 0);
+    CHECK_INT("stop in run_once: ...without a callback", s.late, 0);
+    s.stopped = 0;
+    s.stop_on_first = 0;
+    REQUIRE("stop", eventq_loop_stop(lp) == 0);
+    int n = eventq_loop_run_once(lp, 0);
+    CHECK_INT("a stop pending before run_once does not end its dispatch", n, 3);
+    CHECK_MSG("stop in run_once: the rest came", s.msgs_a == 13 && s.posts == 4, "a %d posts %d",
+              s.msgs_a, s.posts);
+    CHECK_INT("pending stop: run returns at once", eventq_loop_run(lp), 0);
+
+    /* posts left pending by a stop and never run are destroyed at free */
+    struct stop_post left = { &s, 0, 0 };
+    s.stop_on_first = 1;
+    s.stopped = 0;
+    REQUIRE("send", eventq_chan_send(a, "a", 1, 0) == 0);
+    REQUIRE("post", eventq_loop_post(lp, stop_post_fn, &left, stop_post_destroy) == 0);
+    CHECK_INT("stop, then free: run", eventq_loop_run(lp), 0);
+    for (int i = 0; i < 5; i++)
+        eventq_source_free(h[i]);
+    eventq_loop_free(lp);
+    CHECK_MSG("stop, then free: the pending post never ran, destroyed once",
+              left.ran == 0 && left.destroyed == 1 && s.late == 0, "ran %d destroyed %d late %d",
+              left.ran, left.destroyed, s.late);
+    eventq_chan_free(a);
+    eventq_chan_free(b);
+    closep(pl);
+    closep(pe);
+    closep(po);
 }
 
 /* ---- fd sources ---- */
@@ -1055,6 +1246,7 @@ int main(void)
     test_posts_one_thread();
     test_post_destroy();
     test_posts_threads_and_stop();
+    test_stop_in_callback();
     test_fd_level();
     test_fd_edge();
     test_fd_oneshot();
