@@ -48,6 +48,11 @@ _ETIMEDOUT = -_errno.ETIMEDOUT
 _EMSGSIZE = -_errno.EMSGSIZE
 _SIZE_MAX = int(ffi.cast("size_t", -1))
 _SIZE_T = ffi.sizeof("size_t")
+# The sizes of the structs as declared in _ffi, passed where the library
+# asks (it reads and writes only that much: fields of a newer header are
+# left to their defaults).
+_OPTS_SIZE = ffi.sizeof("eventq_chan_opts")
+_STATS_SIZE = ffi.sizeof("eventq_chan_stats")
 _SCRATCH_MIN = 64 * 1024
 # eventq_buf is {pointer, size_t}: the fast batch path fills it as words of
 # an array.array of this typecode.
@@ -255,7 +260,9 @@ class Chan:
         the first free slot).
         """
         opts = ffi.new("eventq_chan_opts *")
-        lib.eventq_chan_opts_init(opts)
+        rc = lib.eventq_chan_opts_init(opts, _OPTS_SIZE)
+        if rc < 0:
+            raise error_for(rc, "eventq_chan_opts_init")
         opts.capacity = _size_arg("capacity", capacity)
         opts.max_bytes = _size_arg("max_bytes", max_bytes)
         opts.max_msg_size = _size_arg("max_msg_size", max_msg_size)
@@ -274,9 +281,10 @@ class Chan:
     def _adopt(self, ptr: Any) -> None:
         final: list[Optional[Stats]] = [None]
 
-        def free(p: Any, final: list[Optional[Stats]] = final, lib: Any = lib, ffi: Any = ffi) -> None:
+        def free(p: Any, final: list[Optional[Stats]] = final, lib: Any = lib, ffi: Any = ffi,
+                 size: int = _STATS_SIZE) -> None:
             st = ffi.new("eventq_chan_stats *")
-            if lib.eventq_chan_free_final(p, st) == 1:
+            if lib.eventq_chan_free_final(p, st, size) == 1:
                 final[0] = _stats_of(st)
 
         self._final = final
@@ -712,7 +720,7 @@ class Chan:
     def stats(self) -> Stats:
         """A snapshot of the channel's counters."""
         st = ffi.new("eventq_chan_stats *")
-        rc = lib.eventq_chan_get_stats(self._handle(), st)
+        rc = lib.eventq_chan_get_stats(self._handle(), st, _STATS_SIZE)
         if rc < 0:
             raise error_for(rc, "stats")
         return _stats_of(st)

@@ -5,10 +5,15 @@ include/eventq.h in the header's order: when the header changes, this is
 the one place to update, and tests/test_ffi_drift.py says what differs
 (functions, types, struct layouts as compiled by cc, constants).
 
-Differences from the header, all forced by cffi's parser: #define values
-are written as plain integer literals (cffi accepts no expressions),
-EVENTQ_VERSION_MINOR/PATCH and EVENTQ_VERSION are left out (a release
-changes them, the binding does not care), and doc comments are dropped.
+Differences from the header: #define values are written as plain integer
+literals (cffi's parser accepts no expressions), EVENTQ_VERSION_PATCH and
+EVENTQ_VERSION are left out (a fix release changes them, the ABI does
+not), and doc comments are dropped.
+
+EVENTQ_VERSION_MAJOR and _MINOR are those of the header copied: the
+library loaded must have the same major version and at least that minor
+one (docs/abi.md: a 0.x release from 0.2 on runs programs built against
+any earlier header of 0.2 or later; 0.1 had another ABI).
 
 The library is found through, in this order: the EVENTQ_LIBRARY
 environment variable (a path; if set, nothing else is tried), the libdir of
@@ -26,11 +31,14 @@ from typing import Any
 
 CDEF = r"""
 #define EVENTQ_VERSION_MAJOR 0
+#define EVENTQ_VERSION_MINOR 2
 #define EVENTQ_LOW_WATER_DEFAULT 18446744073709551615
 #define EVENTQ_FOREVER -1
 #define EVENTQ_DEFAULT_MAX_MSG_SIZE 1048576
 #define EVENTQ_MAX_CAPACITY 16777216
 #define EVENTQ_DEFAULT_CAPACITY 1024
+#define EVENTQ_CHAN_OPTS_SIZE_MIN 16
+#define EVENTQ_CHAN_STATS_SIZE_MIN 8
 #define EVENTQ_IN 1
 #define EVENTQ_PRI 2
 #define EVENTQ_OUT 4
@@ -67,6 +75,7 @@ typedef struct eventq_source eventq_source;
 typedef void (*eventq_drop_fn)(void *userdata, const uint8_t *data, size_t len);
 
 typedef struct eventq_chan_opts {
+  size_t size;
   size_t capacity;
   size_t max_bytes;
   size_t max_msg_size;
@@ -84,7 +93,7 @@ typedef struct eventq_chan_stats {
   uint64_t peak_depth;
   uint64_t recv_doorbell_rings;
   uint64_t send_doorbell_rings;
-  uint32_t closed;
+  uint64_t closed;
 } eventq_chan_stats;
 
 typedef struct eventq_buf {
@@ -133,11 +142,11 @@ uint32_t eventq_version(void);
 const char *eventq_version_string(void);
 const char *eventq_strerror(int err);
 
-int eventq_chan_opts_init(struct eventq_chan_opts *opts);
+int eventq_chan_opts_init(struct eventq_chan_opts *opts, size_t size);
 int eventq_chan_new(const struct eventq_chan_opts *opts, struct eventq_chan **out);
 struct eventq_chan *eventq_chan_clone(const struct eventq_chan *chan);
 void eventq_chan_free(struct eventq_chan *chan);
-int eventq_chan_free_final(struct eventq_chan *chan, struct eventq_chan_stats *out);
+int eventq_chan_free_final(struct eventq_chan *chan, struct eventq_chan_stats *out, size_t size);
 int eventq_chan_recv_fd(const struct eventq_chan *chan);
 int eventq_chan_send_fd(const struct eventq_chan *chan);
 int eventq_chan_send(const struct eventq_chan *chan,
@@ -163,7 +172,9 @@ int eventq_chan_recv_batch(const struct eventq_chan *chan,
                            size_t max_msgs,
                            int64_t timeout_ns);
 int eventq_chan_close(const struct eventq_chan *chan);
-int eventq_chan_get_stats(const struct eventq_chan *chan, struct eventq_chan_stats *out);
+int eventq_chan_get_stats(const struct eventq_chan *chan,
+                          struct eventq_chan_stats *out,
+                          size_t size);
 const uint8_t *eventq_msg_data(const struct eventq_msg *msg);
 size_t eventq_msg_len(const struct eventq_msg *msg);
 void eventq_msg_free(struct eventq_msg *msg);
@@ -305,12 +316,15 @@ def _load() -> tuple[Any, str]:
         except OSError as e:
             tried.append(f"{how}: {path}: {e}")
             continue
-        major = lib.eventq_version() >> 16
-        if major != lib.EVENTQ_VERSION_MAJOR:
-            version = ffi.string(lib.eventq_version_string()).decode()
+        # eventq_version() is in every release: it is safe to call first.
+        version = lib.eventq_version()
+        major, minor = version >> 16, (version >> 8) & 0xFF
+        want_major, want_minor = lib.EVENTQ_VERSION_MAJOR, lib.EVENTQ_VERSION_MINOR
+        if major != want_major or minor < want_minor:
+            text = ffi.string(lib.eventq_version_string()).decode()
             raise ImportError(
-                f"eventq: {path} is libeventq {version} (ABI {major}); this binding "
-                f"needs ABI {lib.EVENTQ_VERSION_MAJOR} ({SONAME})"
+                f"eventq: {path} is libeventq {text}; this binding needs libeventq "
+                f"{want_major}.{want_minor} or a later {want_major}.x release"
             )
         return lib, path
     if env:

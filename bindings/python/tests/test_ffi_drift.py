@@ -25,9 +25,9 @@ from eventq._ffi import ffi, lib
 
 from conftest import compile_c
 
-# A release changes these without changing the ABI; the binding checks only
-# the major version, at load time.
-VERSION_MACROS = {"EVENTQ_VERSION_MINOR", "EVENTQ_VERSION_PATCH", "EVENTQ_VERSION"}
+# A fix release changes these without changing the ABI (the binding checks
+# the major and minor versions at load time).
+VERSION_MACROS = {"EVENTQ_VERSION_PATCH", "EVENTQ_VERSION"}
 TYPE_VALUES = {"SIZE_MAX": 2**64 - 1}
 
 
@@ -136,6 +136,7 @@ def test_constants_match_the_header(header) -> None:
     ours = {n: getattr(lib, n) for n in dir(lib) if isinstance(getattr(lib, n), int)}
     assert ours == theirs
     assert lib.EVENTQ_VERSION_MAJOR == lib.eventq_version() >> 16
+    assert lib.EVENTQ_VERSION_MINOR <= (lib.eventq_version() >> 8) & 0xFF
 
 
 def test_struct_layouts_match_the_compiler(tmp_path: Path) -> None:

@@ -70,15 +70,19 @@ def test_nothing_found_says_what_to_do() -> None:
     assert "install libeventq" in msg and "EVENTQ_LIBRARY" in msg and "pkg-config is not installed" in msg
 
 
-def test_another_abi_major_is_refused(tmp_path: Path) -> None:
-    """A library whose eventq_version() says another major version."""
+@pytest.mark.parametrize("version", ["1.0.0", "0.1.0"])
+def test_an_incompatible_library_is_refused(tmp_path: Path, version: str) -> None:
+    """A library whose eventq_version() says another major version, or an
+    older minor one (0.1 had another ABI; a 0.x keeps 0.2's from 0.2 on)."""
+    major, minor, patch = (int(x) for x in version.split("."))
     src = tmp_path / "fake.c"
     src.write_text(
         "#include <stdint.h>\n"
-        "uint32_t eventq_version(void) { return 1u << 16; }\n"
-        'const char *eventq_version_string(void) { return "1.0.0"; }\n'
+        f"uint32_t eventq_version(void) {{ return {(major << 16) | (minor << 8) | patch}u; }}\n"
+        f'const char *eventq_version_string(void) {{ return "{version}"; }}\n'
     )
     so = compile_c(src, tmp_path / "libeventq.so.0", shared=True)
     r = run_python(SHOW, env(EVENTQ_LIBRARY=str(so)))
     assert r.returncode != 0
-    assert "libeventq 1.0.0 (ABI 1)" in r.stderr and "needs ABI 0" in r.stderr
+    ours = f"{eventq._lib.EVENTQ_VERSION_MAJOR}.{eventq._lib.EVENTQ_VERSION_MINOR}"
+    assert f"is libeventq {version}; this binding needs libeventq {ours} or a later" in r.stderr, r.stderr
