@@ -201,7 +201,7 @@ def main() -> int:
     )
     print(
         f"{args.msgs} messages of {args.size} bytes per run, capacity {args.capacity}, batch {b}, "
-        f"median of {args.reps} run(s), interleaved; loadavg {os.getloadavg()[0]:.2f}"
+        f"median of {args.reps} run(s), interleaved; loadavg at the start {os.getloadavg()[0]:.2f}"
     )
     rates: dict[str, list[float]] = {name: [] for _, name, _ in configs}
     slow = {configs[2][1]: max(1, args.msgs // 10)}  # messages per run, where not --msgs
@@ -214,7 +214,10 @@ def main() -> int:
             asyncio.run(run(msgs[:n], args.capacity))
             rates[name].append(n / (time.perf_counter() - t0))
     med = {name: statistics.median(r) for name, r in rates.items()}
-    print(f"({time.monotonic() - started:.0f} s)\n")
+    print(
+        f"({time.monotonic() - started:.0f} s; loadavg at the end {os.getloadavg()[0]:.2f}, "
+        "this run's own load included: figures from a busy machine spread widely)\n"
+    )
     ref = configs[1][1]
     print(f"{'configuration':<56} {'K msg/s':>9} {'min-max K/s':>15} {'vs cst single':>14}")
     for kind, name, _ in configs:
