@@ -15,7 +15,7 @@ from ._ffi import ffi as _ffi
 from ._ffi import lib as _lib
 from ._ffi import library_path
 
-#: The loaded library's version string, e.g. "0.1.0".
+#: The loaded library's version string, e.g. "0.2.0".
 library_version: str = _ffi.string(_lib.eventq_version_string()).decode()
 
 #: Capacity of a Chan() made without one.
@@ -25,7 +25,7 @@ MAX_CAPACITY: int = _lib.EVENTQ_MAX_CAPACITY
 #: Longest message when neither max_msg_size nor max_bytes says otherwise.
 DEFAULT_MAX_MSG_SIZE: int = _lib.EVENTQ_DEFAULT_MAX_MSG_SIZE
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # the binding's own; it needs libeventq 0.2 or a later 0.x
 
 __all__ = [
     "Chan",
