@@ -83,6 +83,8 @@ async def run(directory: str, nbytes: int, stall_us: int) -> int:
                 ending.append(memcg.oom(cg))
             except memcg.CgroupError as e:
                 _warn(e)
+                for w in ending:
+                    w.close()
                 return 1
             try:
                 ending.append(memcg.pressure_level(cg, memcg.Level.CRITICAL))
