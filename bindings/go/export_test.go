@@ -34,3 +34,23 @@ func SetSelectParkHook(fn func()) {
 	}
 	selectParkHook.Store(&fn)
 }
+
+// SetCloseWaitHook makes fn run when Loop.Close starts waiting for a run in
+// another goroutine; nil removes it.
+func SetCloseWaitHook(fn func()) {
+	if fn == nil {
+		closeWaitHook.Store(nil)
+		return
+	}
+	closeWaitHook.Store(&fn)
+}
+
+// SetPostWaitHook makes fn run each time PostWait is about to wait for
+// room; nil removes it.
+func SetPostWaitHook(fn func()) {
+	if fn == nil {
+		postWaitHook.Store(nil)
+		return
+	}
+	postWaitHook.Store(&fn)
+}
