@@ -12,8 +12,10 @@
 // caller stops.
 //
 // A [Loop] is libeventq's epoll dispatcher, with Go callbacks for fd,
-// timer, channel and signal sources, posts from any goroutine, and panics
-// in callbacks recovered and returned as errors.
+// timer, channel and signal sources, posts from any goroutine ([Loop.Post],
+// or [Loop.PostWait] to wait for room), panics in callbacks recovered and
+// returned as errors, and runtime.Goexit in a callback ending the goroutine
+// that runs the loop without breaking the loop.
 //
 // # Errors
 //
