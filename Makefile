@@ -1,6 +1,6 @@
 # libeventq: build, install and test the Rust core, its C ABI and bindings.
 #
-#   make                 release build (target/release/libeventq.{so,a})
+#   make                 release build (build/lib/libeventq.so, target/release/libeventq.a)
 #   make test            every check, in order, stopping at the first failure
 #   make demo            the seed's scenario, bare eventfd versus libeventq
 #   make install PREFIX=/usr/local DESTDIR=
@@ -22,6 +22,13 @@ DESTDIR    ?=
 LIBDIR     ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+DATAROOTDIR ?= $(PREFIX)/share
+MANDIR     ?= $(DATAROOTDIR)/man
+CMAKEDIR   ?= $(LIBDIR)/cmake/eventq
+# The shared library's split debug info: gdb (and valgrind, readelf -wK) look
+# for it by themselves in .debug/ next to the library; a distribution may
+# set DEBUGDIR=/usr/lib/debug$(LIBDIR) instead.
+DEBUGDIR   ?= $(LIBDIR)/.debug
 
 # --- Version: read from Cargo.toml's [package] table, nowhere else ----------
 VERSION := $(shell awk -F'"' '/^\[/ { pkg = ($$0 == "[package]") } \
@@ -33,7 +40,7 @@ endif
 
 # --- Build outputs -----------------------------------------------------------
 CARGO_TARGET_DIR ?= target
-LIB_SO     := $(CARGO_TARGET_DIR)/release/libeventq.so
+LIB_SO      = $(BUILD)/lib/libeventq.so
 LIB_A      := $(CARGO_TARGET_DIR)/release/libeventq.a
 HEADER     := include/eventq.h
 SONAME     := libeventq.so.$(VERSION_MAJOR)
@@ -52,7 +59,7 @@ TEST_PREFIX  := $(CURDIR)/$(BUILD)/prefix
 TEST_STAMP   := $(TEST_PREFIX)/.installed
 TEST_PC_PATH := $(TEST_PREFIX)/lib/pkgconfig
 # What `make test` runs, in this order (each is a `test-<stage>` target).
-TEST_STAGES  := fmt clippy cargo-test loom header install installed-lib \
+TEST_STAGES  := fmt clippy cargo-test loom header header-std install installed-lib abi \
                 c-tests c-static examples examples-run go bench-smoke
 # The flags every C test and example must compile cleanly with.
 C_STD_FLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread
@@ -86,7 +93,7 @@ skip = @echo "skipped: $(1)"; mkdir -p $(BUILD)/stages && touch $(BUILD)/stages/
 pc_test = $$(PKG_CONFIG_PATH=$(TEST_PC_PATH) $(PKG_CONFIG) $(1) eventq)
 RPATH_TEST := -Wl,-rpath,$(TEST_PREFIX)/lib
 
-.PHONY: all header install test demo clean loom FORCE \
+.PHONY: all header install test demo clean loom FORCE abi-check abi-baseline \
         need-cargo need-cc need-pkg-config need-go install-test-prefix \
         $(addprefix test-,$(TEST_STAGES))
 .DELETE_ON_ERROR:
@@ -95,10 +102,17 @@ RPATH_TEST := -Wl,-rpath,$(TEST_PREFIX)/lib
 all: $(LIB_SO) $(LIB_A)
 
 # cargo decides whether anything is stale; make only re-stats the outputs.
-$(LIB_SO): FORCE | need-cargo
+$(LIB_A): FORCE | need-cargo
 	$(CARGO) build --release
-$(LIB_A): $(LIB_SO)
-	@:
+# The shared library is linked here from the static one, with eventq.map,
+# rather than taken from cargo's cdylib: rustc hands the linker an export
+# list of its own (an anonymous version script) that wins over eventq.map,
+# so cargo's cdylib has no symbol versions.
+$(LIB_SO): $(LIB_A) $(NATIVE_LIBS) eventq.map | need-cc
+	@mkdir -p $(@D)
+	$(CC) -shared -o $@ -Wl,--whole-archive $(LIB_A) -Wl,--no-whole-archive \
+	  $$(cat $(NATIVE_LIBS)) -Wl,-soname,$(SONAME) -Wl,--version-script=eventq.map \
+	  -Wl,--gc-sections -Wl,-z,relro -Wl,-z,now
 
 # Regenerates the committed C header from src/ffi (commit the result).
 header: | need-cargo
@@ -113,27 +127,180 @@ $(RUSTC_VERSION): FORCE | need-cargo
 	@mkdir -p $(@D)
 	@$${RUSTC:-rustc} -vV > $@.tmp && { cmp -s $@.tmp $@ && rm -f $@.tmp || mv -f $@.tmp $@; }
 
-# Installs the library, its symlinks, header and pkg-config file.
+# Installs the shared library (stripped; its debug info in DEBUGDIR, linked
+# by .gnu_debuglink), its symlinks, the static library, header, pkg-config
+# files (eventq.pc, eventq-static.pc), CMake package and man pages. More in
+# the packaging section below: install-strip, uninstall.
 install: $(LIB_SO) $(LIB_A) $(NATIVE_LIBS)
-	$(INSTALL) -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
-	$(INSTALL) -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/$(REALNAME)
+	$(INSTALL) -d $(addprefix $(DESTDIR),$(INSTALL_DIRS))
+	$(INSTALL) -m 755 $(DIST_SO) $(DESTDIR)$(LIBDIR)/$(REALNAME)
+	$(INSTALL) -m 644 $(DIST_DEBUG) $(DESTDIR)$(DEBUGDIR)/$(REALNAME).debug
 	ln -sfn $(REALNAME) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sfn $(SONAME) $(DESTDIR)$(LIBDIR)/libeventq.so
 	$(INSTALL) -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/libeventq.a
 	$(INSTALL) -m 644 $(HEADER) $(DESTDIR)$(INCLUDEDIR)/eventq.h
-	sed -e 's|@prefix@|$(PREFIX)|g' \
+	$(call install_pc,eventq)
+	$(call install_pc,eventq-static)
+	$(call install_cmake,eventqConfig.cmake)
+	$(call install_cmake,eventqConfigVersion.cmake)
+	$(INSTALL) -m 644 $(MAN_DIR)/man3/*.3 $(DESTDIR)$(MANDIR)/man3
+	$(INSTALL) -m 644 $(MAN_DIR)/man7/*.7 $(DESTDIR)$(MANDIR)/man7
+
+# The install `make test` builds C code against; relinks only what changed.
+# Into an empty prefix, so no file of an earlier install (a man page of a
+# function since removed) can pass for one of this install.
+$(TEST_STAMP): $(LIB_SO) $(LIB_A) $(NATIVE_LIBS) $(HEADER) eventq.pc.in Makefile
+	rm -rf $(TEST_PREFIX)
+	$(MAKE) --no-print-directory install PREFIX=$(TEST_PREFIX) DESTDIR=
+	@touch $@
+install-test-prefix: $(TEST_STAMP)
+
+# ============================================================================
+# Packaging. Everything of packaging in this Makefile is in this section and
+# in the install rule above (its test stages are appended to TEST_STAGES
+# here): the man pages, CMake package, eventq-static.pc and split debug info
+# that install puts in place; install-strip; uninstall.
+#
+#   make man            build/man: a page per function of eventq.h and
+#                       eventq(7), generated from the header's doc comments
+#                       and docs/design.md by scripts/gen-man.py (part of
+#                       the default build)
+#   make install-strip  install, then strip the debug info of libeventq.a
+#                       and the symbol table of the shared library (its
+#                       debug file in DEBUGDIR keeps the full symbols)
+#   make uninstall      removes what install put there (give the same
+#                       PREFIX, DESTDIR and directories), then each directory
+#                       of the install's paths that is left empty, up to but
+#                       not including DESTDIR (or PREFIX's parent without
+#                       DESTDIR). An empty directory that was there before
+#                       the install goes too: nothing records which existed.
+# Stages: licenses, man-pages, cmake, static-link, debuginfo, uninstall.
+# ============================================================================
+PACKAGING_STAGES := licenses man-pages cmake static-link debuginfo uninstall
+TEST_STAGES      += $(PACKAGING_STAGES)
+
+PYTHON3 ?= python3
+OBJCOPY ?= objcopy
+STRIP   ?= strip
+CMAKE   ?= cmake
+MAN     ?= man
+
+MAN_DIR    := $(BUILD)/man
+MAN_STAMP  := $(MAN_DIR)/.generated
+DIST_DIR   := $(BUILD)/dist
+DIST_SO    := $(DIST_DIR)/$(REALNAME)
+DIST_DEBUG := $(DIST_DIR)/$(REALNAME).debug
+# Every directory install writes into.
+INSTALL_DIRS = $(LIBDIR) $(INCLUDEDIR) $(PKGCONFIGDIR) $(DEBUGDIR) $(CMAKEDIR) \
+               $(MANDIR)/man3 $(MANDIR)/man7
+# uninstall removes no directory at or above this one.
+UNINSTALL_TOP = $(if $(DESTDIR),$(DESTDIR),$(patsubst %/,%,$(dir $(PREFIX))))
+
+.PHONY: man install-strip uninstall need-python3 need-objcopy need-cmake need-man \
+        $(addprefix test-,$(PACKAGING_STAGES))
+
+all: $(MAN_STAMP)
+install: $(DIST_SO) $(DIST_DEBUG) $(MAN_STAMP)
+$(TEST_STAMP): $(DIST_SO) $(MAN_STAMP) eventq-static.pc.in $(wildcard cmake/*.cmake.in)
+
+man: $(MAN_STAMP)
+$(MAN_STAMP): $(HEADER) docs/design.md scripts/gen-man.py Cargo.toml | need-python3
+	$(PYTHON3) scripts/gen-man.py --header $(HEADER) --design docs/design.md \
+	  --version $(VERSION) --out $(MAN_DIR)
+	@touch $@
+
+# The shared library as installed: its debug info copied into a file of its
+# own, then stripped from the library, which names that file (and its CRC)
+# in .gnu_debuglink; both keep the build ID.
+$(DIST_SO): $(LIB_SO) Makefile | need-objcopy
+	@mkdir -p $(@D)
+	$(OBJCOPY) --only-keep-debug $(LIB_SO) $(DIST_DEBUG)
+	$(OBJCOPY) --strip-debug --add-gnu-debuglink=$(DIST_DEBUG) $(LIB_SO) $@
+$(DIST_DEBUG): $(DIST_SO)
+	@:
+
+# $(call install_pc,NAME): NAME.pc.in to PKGCONFIGDIR/NAME.pc, with the
+# install's paths and the static library's native libraries filled in.
+install_pc = sed -e 's|@prefix@|$(PREFIX)|g' \
 	    -e 's|@libdir@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))|g' \
 	    -e 's|@includedir@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(INCLUDEDIR))|g' \
 	    -e 's|@version@|$(VERSION)|g' \
 	    -e "s|@libs_private@|$$(cat $(NATIVE_LIBS))|g" \
-	    eventq.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/eventq.pc.tmp
-	mv -f $(DESTDIR)$(PKGCONFIGDIR)/eventq.pc.tmp $(DESTDIR)$(PKGCONFIGDIR)/eventq.pc
+	    $(1).pc.in > $(DESTDIR)$(PKGCONFIGDIR)/$(1).pc.tmp && \
+	  mv -f $(DESTDIR)$(PKGCONFIGDIR)/$(1).pc.tmp $(DESTDIR)$(PKGCONFIGDIR)/$(1).pc
+# $(call install_cmake,FILE): cmake/FILE.in to CMAKEDIR/FILE. The library and
+# include directories are written relative to CMAKEDIR, so the installed
+# tree can move; the native libraries become a CMake list ("-lm" -> "m");
+# the pointer size is the ELF class of the library (1: 32-bit, 2: 64-bit).
+install_cmake = sed -e 's|@version@|$(VERSION)|g' -e 's|@major@|$(VERSION_MAJOR)|g' \
+	    -e 's|@realname@|$(REALNAME)|g' -e 's|@soname@|$(SONAME)|g' \
+	    -e "s|@rel_libdir@|$$(realpath -m -s --relative-to=$(CMAKEDIR) $(LIBDIR))|g" \
+	    -e "s|@rel_includedir@|$$(realpath -m -s --relative-to=$(CMAKEDIR) $(INCLUDEDIR))|g" \
+	    -e "s|@static_libs@|$$(sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$$//' \
+	         -e 's/[[:space:]][[:space:]]*/;/g' -e 's/\(^\|;\)-l/\1/g' $(NATIVE_LIBS))|g" \
+	    -e "s|@sizeof_void_p@|$$(( $$(od -An -tu1 -j4 -N1 $(LIB_SO)) * 4 ))|g" \
+	    cmake/$(1).in > $(DESTDIR)$(CMAKEDIR)/$(1).tmp && \
+	  mv -f $(DESTDIR)$(CMAKEDIR)/$(1).tmp $(DESTDIR)$(CMAKEDIR)/$(1)
 
-# The install `make test` builds C code against; relinks only what changed.
-$(TEST_STAMP): $(LIB_SO) $(LIB_A) $(NATIVE_LIBS) $(HEADER) eventq.pc.in Makefile
-	$(MAKE) --no-print-directory install PREFIX=$(TEST_PREFIX) DESTDIR=
-	@touch $@
-install-test-prefix: $(TEST_STAMP)
+# GNU's install-strip: install, then strip what can be stripped. The static
+# library keeps the symbols a link needs (--strip-debug).
+install-strip: install
+	$(STRIP) --strip-debug $(DESTDIR)$(LIBDIR)/libeventq.a
+	$(STRIP) --strip-unneeded $(DESTDIR)$(LIBDIR)/$(REALNAME)
+
+# The man pages to remove are those build/man holds for the current header.
+uninstall: $(MAN_STAMP)
+	rm -f $(addprefix $(DESTDIR)$(LIBDIR)/,$(REALNAME) $(SONAME) libeventq.so libeventq.a) \
+	  $(DESTDIR)$(DEBUGDIR)/$(REALNAME).debug $(DESTDIR)$(INCLUDEDIR)/eventq.h \
+	  $(DESTDIR)$(PKGCONFIGDIR)/eventq.pc $(DESTDIR)$(PKGCONFIGDIR)/eventq-static.pc \
+	  $(DESTDIR)$(CMAKEDIR)/eventqConfig.cmake $(DESTDIR)$(CMAKEDIR)/eventqConfigVersion.cmake
+	for f in $(MAN_DIR)/man3/*.3 $(MAN_DIR)/man7/*.7; do \
+	  page=$${f#$(MAN_DIR)/}; rm -f "$(DESTDIR)$(MANDIR)/$$page" || exit 1; done
+	scripts/rmdir-empty.sh "$(UNINSTALL_TOP)" $(addprefix $(DESTDIR),$(INSTALL_DIRS))
+
+# Stage: LICENSE-MIT and LICENSE-APACHE: the texts, the copyright line, the
+# licence of Cargo.toml, and the Go module's copies.
+test-licenses:
+	scripts/check-licenses.sh $(GO_DIR)
+
+# Stage: the installed man pages: one per function of the header, found by
+# man, rendered without a warning, with the sections the comments call for.
+test-man-pages: $(TEST_STAMP) | need-man need-cc
+	CC="$(CC)" MAN="$(MAN)" scripts/check-man.sh $(TEST_PREFIX) $(HEADER) docs/design.md $(BUILD)/check-man
+
+# Stage: tests/cmake built with find_package(eventq) against the test install
+# (and a moved copy of it, and a staged install with other directories):
+# eventq::eventq and eventq::eventq-static link and run; version requests.
+test-cmake: $(TEST_STAMP) | need-cmake need-cc
+	CC="$(CC)" CMAKE="$(CMAKE)" MAKE="$(MAKE)" \
+	  scripts/check-cmake.sh $(TEST_PREFIX) $(VERSION) $(BUILD)/check-cmake
+
+# Stage: the README's link lines, shared and static, build its C example
+# against the test install; the static one needs no libeventq.so.
+test-static-link: $(TEST_STAMP) $(BUILD)/readme.c | need-cc need-pkg-config
+	CC="$(CC)" PKG_CONFIG="$(PKG_CONFIG)" scripts/check-static-link.sh \
+	  $(TEST_PREFIX) $(VERSION) README.md $(BUILD)/readme.c $(BUILD)/check-static-link
+
+# Stage: the installed shared library has no debug info, and its
+# .gnu_debuglink leads to the debug file (name, CRC, build ID; gdb).
+test-debuginfo: $(TEST_STAMP) | need-objcopy
+	scripts/check-debuginfo.sh $(TEST_PREFIX)/lib/$(REALNAME) $(TEST_PREFIX)/lib/.debug/$(REALNAME).debug
+
+# Stage: install, install-strip and uninstall into scratch DESTDIRs (empty,
+# and holding other packages' files): exactly the expected files go in, and
+# uninstall leaves the tree as it was.
+test-uninstall: $(TEST_STAMP) | need-objcopy need-cc
+	CC="$(CC)" MAKE="$(MAKE)" scripts/check-uninstall.sh $(VERSION) $(HEADER) $(BUILD)/check-uninstall
+
+need-python3:
+	$(call need,$(PYTHON3),install Python 3 to generate the man pages (apt-get install python3))
+need-objcopy:
+	$(call need,$(OBJCOPY),install binutils (objcopy, strip, readelf) to split the debug info)
+need-cmake:
+	$(call need,$(CMAKE),install CMake to test the CMake package (apt-get install cmake))
+need-man:
+	$(call need,$(MAN),install man-db and groff-base to check the man pages (apt-get install man-db groff-base))
+# --- End of packaging section -----------------------------------------------
 
 # Runs every stage in order and prints the summary the CI reads.
 test:
@@ -164,6 +331,37 @@ test-loom loom: | need-cargo
 # Stage: the committed header equals a fresh generation.
 test-header: | need-cargo
 	CARGO="$(CARGO)" scripts/check-header.sh $(HEADER)
+
+# Stage: the header compiles and links, warning-free with -pedantic, as
+# every C standard from C99 and every C++ standard from C++11 (the header
+# states this minimum).
+HEADER_C_STDS   := c99 c11 c17
+HEADER_CXX_STDS := c++11 c++14 c++17 c++20 c++23
+CXX ?= c++
+test-header-std: $(TEST_STAMP) | need-cc
+	$(call need,$(CXX),install a C++ compiler (Debian: apt-get install g++) to check the header as C++)
+	@mkdir -p $(BUILD)/header-std
+	@printf '#include <eventq.h>\nint main(void) { struct eventq_chan *c = 0; int rc = eventq_chan_new(0, &c); eventq_chan_free(c); return rc == 0 && eventq_version() == EVENTQ_VERSION ? 0 : 1; }\n' \
+	  > $(BUILD)/header-std/use.c
+	@set -e; for std in $(HEADER_C_STDS); do \
+	  $(CC) -std=$$std -Wall -Wextra -Werror -pedantic $(call pc_test,--cflags) \
+	    $(BUILD)/header-std/use.c -o $(BUILD)/header-std/$$std $(call pc_test,--libs) $(RPATH_TEST); \
+	  $(BUILD)/header-std/$$std; echo "  ok    $$std"; done
+	@set -e; for std in $(HEADER_CXX_STDS); do \
+	  $(CXX) -std=$$std -Wall -Wextra -Werror -pedantic $(call pc_test,--cflags) -x c++ \
+	    $(BUILD)/header-std/use.c -o $(BUILD)/header-std/$$std $(call pc_test,--libs) $(RPATH_TEST); \
+	  $(BUILD)/header-std/$$std; echo "  ok    $$std"; done
+
+# Stage: the ABI against the baseline in abi/ (scripts/abi-check.sh says
+# how), then the check itself on deliberately broken ABIs. abidiff comes
+# from libabigail (Debian: abigail-tools; .ci/run installs it).
+ABI_CHECK = CC="$(CC)" scripts/abi-check.sh $(1) $(LIB_SO) $(HEADER) abi eventq.map $(BUILD)/abi
+test-abi abi-check: $(LIB_SO)
+	$(call ABI_CHECK,check)
+	$(call ABI_CHECK,selftest)
+# A new baseline, at a release that changed the ABI compatibly (commit abi/).
+abi-baseline: $(LIB_SO)
+	$(call ABI_CHECK,update)
 
 # Stage: install into build/prefix through the install target.
 test-install: install-test-prefix
@@ -259,7 +457,7 @@ demo: $(BUILD)/examples/$(DEMO)
 examples-c/$(DEMO).c:
 	@echo "error: examples-c/$(DEMO).c does not exist yet: nothing to demo" >&2; exit 1
 
-# --- Benchmark (issue 5) -----------------------------------------------------
+# --- Benchmark ---------------------------------------------------------------
 # `make bench`: benches/side_by_side.rs in a release build: libeventq against
 # crossbeam-channel, a semaphore-eventfd queue, a pipe and the seed's bare
 # eventfd, plus idle wake-up and ping-pong latency; prints one table (the
@@ -306,7 +504,7 @@ ifneq ($(filter clean,$(MAKECMDGOALS)),)
 endif
 
 # ============================================================================
-# Issue 6: proof under load, faults and bad input. Everything of issue 6 in
+# Proof under load, faults and bad input. Everything of it in
 # this Makefile is in this section (its test stages are appended to
 # TEST_STAGES here). The fault tests are tests/c/test_fault_*.c: the c-tests
 # stage runs them with the other C tests.
@@ -449,4 +647,4 @@ fuzz: $(NATIVE_LIBS) | need-cargo
 fuzz-merge:
 	@test -x $(FUZZ_BIN) || { echo "error: run make fuzz first" >&2; exit 1; }
 	$(FUZZ_BIN) -merge=1 $(FUZZ_CORPUS) $(FUZZ_DIR)/work
-# --- End of issue 6 section -------------------------------------------------
+# --- End of the load, fault and bad-input section ---------------------------

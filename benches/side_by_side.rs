@@ -1,5 +1,5 @@
 //! side_by_side: libeventq against its peers, the same work through each, in
-//! one run, one table (issue 5).
+//! one run, one table.
 //!
 //! Throughput, for 1P1C, 4P1C and 4P4C, 8-byte and 1 KiB messages, capacity
 //! 1024 everywhere a queue is bounded:
@@ -1869,9 +1869,9 @@ fn main() {
     };
     let _ = writeln!(o);
     if cfg.smoke {
-        let _ = writeln!(o, "== issue 5 targets: not evaluated in smoke mode ==");
+        let _ = writeln!(o, "== targets: not evaluated in smoke mode ==");
     } else {
-        let _ = writeln!(o, "== issue 5 targets (ratios of the medians above) ==");
+        let _ = writeln!(o, "== targets (ratios of the medians above) ==");
     }
     let mut target = |what: String, eq: Peer, topo: Topo, size: usize, peer: Peer, want: f64| {
         if cfg.smoke {

@@ -245,7 +245,7 @@ int main(void)
 	printf("%-10s %10lu %10lu\n", "total", total_sent, s.total);
 	if (s.interrupted) {
 		struct eventq_chan_stats st;
-		check(eventq_chan_get_stats(chan, &st), "stats");
+		check(eventq_chan_get_stats(chan, &st, sizeof st), "stats");
 		printf("interrupted: %llu results were still queued\n",
 		       (unsigned long long)st.pending);
 	}

@@ -438,7 +438,7 @@ static void run_case(const struct use_case *uc, enum transport tr,
 		close(r.done_fd);
 	} else {
 		/* Our handle is the last: its final counters. */
-		rc = eventq_chan_free_final(r.chan, &res->stats);
+		rc = eventq_chan_free_final(r.chan, &res->stats, sizeof res->stats);
 		if (rc != 1)
 			die("eventq_chan_free_final returned %d, not 1", rc);
 	}

@@ -285,8 +285,10 @@ static void m_close(struct mchan *c)
     if (c->closed)
         return;
     c->closed = 1;
-    m_raise_recv(c);
-    m_raise_send(c);
+    /* Close writes both fds, raised or not (D9). */
+    c->recv_raised = c->send_raised = 1;
+    c->rrings++;
+    c->srings++;
 }
 
 static void m_discard(struct mchan *c)
@@ -321,19 +323,20 @@ static void m_check(struct mchan *c)
         return;
     eventq_chan *h = c->h[0];
     eventq_chan_stats st;
-    EXPECT_RC(eventq_chan_get_stats(h, &st), 0);
+    EXPECT_RC(eventq_chan_get_stats(h, &st, sizeof st), 0);
     EXPECT(st.sent == c->sent && st.received == c->received && st.pending == c->qlen &&
                st.pending_bytes == c->bytes && st.dropped == 0 && st.peak_depth == c->peak &&
                st.recv_doorbell_rings == c->rrings && st.send_doorbell_rings == c->srings &&
-               st.closed == (uint32_t)c->closed,
+               st.closed == (uint64_t)c->closed,
            "stats of channel %d: sent %llu/%llu received %llu/%llu pending %llu/%zu bytes "
-           "%llu/%zu peak %llu/%llu rings %llu/%llu %llu/%llu closed %u/%d",
+           "%llu/%zu peak %llu/%llu rings %llu/%llu %llu/%llu closed %llu/%d",
            c->id, (unsigned long long)st.sent, (unsigned long long)c->sent,
            (unsigned long long)st.received, (unsigned long long)c->received,
            (unsigned long long)st.pending, c->qlen, (unsigned long long)st.pending_bytes,
            c->bytes, (unsigned long long)st.peak_depth, (unsigned long long)c->peak,
            (unsigned long long)st.recv_doorbell_rings, (unsigned long long)c->rrings,
-           (unsigned long long)st.send_doorbell_rings, (unsigned long long)c->srings, st.closed,
+           (unsigned long long)st.send_doorbell_rings, (unsigned long long)c->srings,
+           (unsigned long long)st.closed,
            c->closed);
     /* D4: the receive fd is readable iff messages are pending or closed. */
     EXPECT(c->recv_raised == (c->qlen > 0 || c->closed), "model D4");
@@ -418,7 +421,7 @@ static void op_chan_new(void)
         return;
     uint8_t how = u8();
     eventq_chan_opts o;
-    EXPECT_RC(eventq_chan_opts_init(&o), 0);
+    EXPECT_RC(eventq_chan_opts_init(&o, sizeof o), 0);
     EXPECT(o.capacity == EVENTQ_DEFAULT_CAPACITY && o.max_bytes == 0 && o.max_msg_size == 0 &&
                o.low_water == EVENTQ_LOW_WATER_DEFAULT && o.drop_fn == NULL,
            "eventq_chan_opts_init defaults");
@@ -503,7 +506,7 @@ static void op_chan_free(void)
     int last = c->nh == 1 && c->srcrefs == 0;
     if (how == 0) {
         /* free_final with a NULL out frees nothing. */
-        EXPECT_RC(eventq_chan_free_final(h, NULL), -EINVAL);
+        EXPECT_RC(eventq_chan_free_final(h, NULL, sizeof(struct eventq_chan_stats)), -EINVAL);
         return;
     }
     c->h[i] = c->h[--c->nh];
@@ -514,7 +517,7 @@ static void op_chan_free(void)
         memset(&st, 0x5a, sizeof st);
         size_t pending = c->qlen;
         uint64_t drops = c->drops;
-        int rc = eventq_chan_free_final(h, &st);
+        int rc = eventq_chan_free_final(h, &st, sizeof st);
         EXPECT_RC(rc, last ? 1 : 0);
         if (last) {
             EXPECT(st.sent == c->sent && st.received == c->received && st.pending == 0 &&
@@ -646,6 +649,7 @@ static void op_send_batch(void)
             break;
         }
     int would_block = count && sendable && !c->closed && !m_fits(c, b[0].len);
+    int cut_short = 0;
     int bad_t;
     int64_t t = pick_timeout(would_block, &bad_t);
     size_t pass_count = count;
@@ -676,6 +680,7 @@ static void op_send_batch(void)
             n++;
         }
         want = (int)n;
+        cut_short = n < sendable;
     }
     if (count == 0 && (how & 0x30) != 0x30 && (how & 1))
         pass = NULL; /* NULL msgs with count 0 is fine */
@@ -683,7 +688,9 @@ static void op_send_batch(void)
     EXPECT_RC(eventq_chan_send_batch(h, pass, pass_count, t), want);
     if (want > 0)
         m_after_push(c, (size_t)want);
-    else if (want == -EAGAIN || want == -ETIMEDOUT)
+    /* Refused for lack of room, or cut short by it: the send fd is lowered
+     * (its next raise is the caller's event, D9). */
+    if (want == -EAGAIN || want == -ETIMEDOUT || cut_short)
         m_lower_send(c);
 }
 
@@ -798,6 +805,7 @@ static void op_recv_batch(void)
     size_t *lp = lens;
     size_t pass_max = max;
     int want;
+    int ran_dry = 0;
     uint8_t bad = u8() % 8;
     if (bad == 0 && cap == 0) {
         cap = 8;
@@ -826,6 +834,7 @@ static void op_recv_batch(void)
                     n++;
                 }
                 want = (int)n;
+                ran_dry = n < max && n == c->qlen;
             }
         }
     }
@@ -838,6 +847,9 @@ static void op_recv_batch(void)
         }
         EXPECT(off <= cap, "recv_batch packed %zu bytes into %zu", off, cap);
         m_after_pop(c, (size_t)want);
+        /* Cut short at end of stream: the fd, up, is written again (D9). */
+        if (ran_dry && c->closed)
+            c->rrings++;
         EXPECT(lens[want < 16 ? want : 15] == 777 || want == 16, "recv_batch wrote past its count");
     } else if (want == -EMSGSIZE) {
         EXPECT(lens[0] == head, "recv_batch -EMSGSIZE needs %zu, head %zu (D7)", lens[0], head);
@@ -1687,10 +1699,10 @@ static void op_bad_args(void)
     eventq_chan_stats st;
     switch (how % 8) {
     case 0:
-        EXPECT_RC(eventq_chan_opts_init(NULL), -EINVAL);
+        EXPECT_RC(eventq_chan_opts_init(NULL, sizeof(struct eventq_chan_opts)), -EINVAL);
         EXPECT(eventq_chan_clone(NULL) == NULL, "clone(NULL)");
         eventq_chan_free(NULL);
-        EXPECT_RC(eventq_chan_free_final(NULL, &st), -EINVAL);
+        EXPECT_RC(eventq_chan_free_final(NULL, &st, sizeof st), -EINVAL);
         EXPECT_RC(eventq_chan_recv_fd(NULL), -EINVAL);
         EXPECT_RC(eventq_chan_send_fd(NULL), -EINVAL);
         break;
@@ -1704,12 +1716,12 @@ static void op_bad_args(void)
         eventq_msg *m;
         EXPECT_RC(eventq_chan_recv_msg(NULL, &m, 0), -EINVAL);
         EXPECT_RC(eventq_chan_close(NULL), -EINVAL);
-        EXPECT_RC(eventq_chan_get_stats(NULL, &st), -EINVAL);
+        EXPECT_RC(eventq_chan_get_stats(NULL, &st, sizeof st), -EINVAL);
         EXPECT(eventq_msg_data(NULL) == NULL && eventq_msg_len(NULL) == 0, "msg(NULL)");
         eventq_msg_free(NULL);
         struct mchan *c = pick_chan();
         if (c)
-            EXPECT_RC(eventq_chan_get_stats(any_handle(c), NULL), -EINVAL);
+            EXPECT_RC(eventq_chan_get_stats(any_handle(c), NULL, sizeof(struct eventq_chan_stats)), -EINVAL);
         break;
     }
     case 3:
@@ -1780,7 +1792,7 @@ static void teardown(void)
             eventq_chan *h = c->h[--c->nh];
             if (c->nh == 0 && c->srcrefs == 0) {
                 eventq_chan_stats st;
-                EXPECT_RC(eventq_chan_free_final(h, &st), 1);
+                EXPECT_RC(eventq_chan_free_final(h, &st, sizeof st), 1);
                 EXPECT(st.dropped == pending, "final dropped %llu, pending %zu",
                        (unsigned long long)st.dropped, pending);
                 if (c->has_drop)

@@ -1,6 +1,9 @@
 /*
  * libeventq: per-event message delivery between threads and into event loops.
  *
+ * Needs C99 or later, or C++11 or later; it compiles warning-free with
+ * -Wall -Wextra -pedantic as each. Link with `pkg-config --libs eventq`.
+ *
  * Conventions (see docs/design.md):
  *  - Fallible functions return int: 0 (or a count) on success, a negative
  *    errno on failure. eventq_strerror() describes any of them.
@@ -32,7 +35,7 @@
 #include <sys/types.h>
 
 #define EVENTQ_VERSION_MAJOR 0
-#define EVENTQ_VERSION_MINOR 1
+#define EVENTQ_VERSION_MINOR 2
 #define EVENTQ_VERSION_PATCH 0
 /* eventq_version() returns this: (major << 16) | (minor << 8) | patch. */
 #define EVENTQ_VERSION ((EVENTQ_VERSION_MAJOR << 16) | (EVENTQ_VERSION_MINOR << 8) | EVENTQ_VERSION_PATCH)
@@ -60,6 +63,17 @@
  * Capacity set by `eventq_chan_opts_init`.
  */
 #define EVENTQ_DEFAULT_CAPACITY 1024
+
+/**
+ * The smallest `size` of `eventq_chan_opts` accepted: `size` and
+ * `capacity`. Fields past the caller's size take their defaults.
+ */
+#define EVENTQ_CHAN_OPTS_SIZE_MIN 16
+
+/**
+ * The smallest `size` of `eventq_chan_stats` accepted: `sent`.
+ */
+#define EVENTQ_CHAN_STATS_SIZE_MIN 8
 
 /**
  * fd readiness flags: the epoll values.
@@ -207,9 +221,16 @@ typedef struct eventq_source eventq_source;
 typedef void (*eventq_drop_fn)(void *userdata, const uint8_t *data, size_t len);
 
 /**
- * Channel options. Fill with `eventq_chan_opts_init`, then change fields.
+ * Channel options. Fill with `eventq_chan_opts_init(&opts, sizeof opts)`,
+ * then change fields. Fields may be added at the end in later versions;
+ * `size` tells the library which ones the caller's header had.
  */
 typedef struct eventq_chan_opts {
+  /**
+   * `sizeof` the struct as the caller's header declares it; set by
+   * `eventq_chan_opts_init`.
+   */
+  size_t size;
   /**
    * Most messages queued at once; 1 to EVENTQ_MAX_CAPACITY.
    */
@@ -239,7 +260,9 @@ typedef struct eventq_chan_opts {
 } eventq_chan_opts;
 
 /**
- * Counters of a channel (see `eventq_chan_get_stats`).
+ * Counters of a channel (see `eventq_chan_get_stats`). Every field is 64
+ * bits, so the struct has no padding; fields may be added at the end in
+ * later versions.
  */
 typedef struct eventq_chan_stats {
   /**
@@ -269,20 +292,20 @@ typedef struct eventq_chan_stats {
   uint64_t peak_depth;
   /**
    * Writes to the receive eventfd: one per empty-to-non-empty transition,
-   * and one at close if the fd was down. Far below `sent` on a busy
-   * channel.
+   * one at close, and one when a batch receive ends short at end of
+   * stream (D9). Far below `sent` on a busy channel.
    */
   uint64_t recv_doorbell_rings;
   /**
    * Writes to the send eventfd: one at creation, one per drain to the
-   * low-water mark after the channel was full (or refused a send), and
-   * one at close if the fd was down.
+   * low-water mark after the channel was full (or refused a send),
+   * and one at close (D9).
    */
   uint64_t send_doorbell_rings;
   /**
    * 1 once the channel is closed.
    */
-  uint32_t closed;
+  uint64_t closed;
 } eventq_chan_stats;
 
 /**
@@ -299,8 +322,8 @@ typedef struct eventq_buf {
 typedef void (*eventq_post_fn)(void *arg);
 
 /**
- * Runs once with the userdata when its source goes away: removed, freed
- * with its loop, or, if the add call fails, before that call returns.
+ * Runs when a caller's pointer is released: the `destroy` argument of the
+ * add and post calls.
  */
 typedef void (*eventq_destroy_fn)(void *userdata);
 
@@ -433,7 +456,7 @@ extern "C" {
 uint32_t eventq_version(void);
 
 /**
- * The library's version as a string, e.g. "0.1.0". Static storage.
+ * The library's version as a string, e.g. "0.2.0". Static storage.
  *
  * Thread safety: any thread.
  */
@@ -448,22 +471,29 @@ const char *eventq_version_string(void);
 const char *eventq_strerror(int err);
 
 /**
- * Fills `opts` with the defaults: capacity EVENTQ_DEFAULT_CAPACITY, no byte
- * limit, default maximum message size, low water at half the capacity, no
- * drop hook. Returns 0, or -EINVAL if opts is NULL.
+ * Fills `opts`, `size` bytes long (pass `sizeof opts`), with the defaults:
+ * capacity EVENTQ_DEFAULT_CAPACITY, no byte limit, default maximum message
+ * size, low water at half the capacity, no drop hook; and `opts->size`
+ * with `size`. Writes nothing past `size`, and zeros there what this
+ * library does not know of a larger (newer) struct.
+ *
+ * Returns 0; -EINVAL for a NULL opts or a size below
+ * EVENTQ_CHAN_OPTS_SIZE_MIN.
  *
  * Thread safety: any thread.
  */
-int eventq_chan_opts_init(struct eventq_chan_opts *opts);
+int eventq_chan_opts_init(struct eventq_chan_opts *opts, size_t size);
 
 /**
  * Creates a channel and writes its first handle to `*out`. `opts` may be
- * NULL for the defaults of `eventq_chan_opts_init`.
+ * NULL for the defaults of `eventq_chan_opts_init`; else its `size` says
+ * which fields it has (the rest take their defaults).
  *
- * Returns 0; -EINVAL for a NULL out, a capacity of 0 or above
- * EVENTQ_MAX_CAPACITY, max_msg_size above
- * max_bytes, or low_water not below capacity; -EMFILE/-ENFILE when no fd
- * is left for its two eventfds; -ENOMEM.
+ * Returns 0; -EINVAL for a NULL out, an opts size below
+ * EVENTQ_CHAN_OPTS_SIZE_MIN, a capacity of 0 or above EVENTQ_MAX_CAPACITY,
+ * max_msg_size above max_bytes, or low_water not below capacity; -E2BIG
+ * when opts sets fields this version does not know; -EMFILE/-ENFILE when
+ * no fd is left for its eventfds; -ENOMEM.
  *
  * Thread safety: any thread.
  */
@@ -489,22 +519,32 @@ void eventq_chan_free(struct eventq_chan *chan);
 
 /**
  * Frees a handle like `eventq_chan_free`. If it was the last, writes the
- * channel's final counters to `*out` (with `dropped`, the messages
- * discarded) and returns 1; otherwise returns 0 and leaves `*out` alone.
- * -EINVAL (and nothing freed) when chan or out is NULL.
+ * channel's final counters to `*out`, `size` bytes long (pass `sizeof
+ * *out`; as for `eventq_chan_get_stats`), with `dropped`, the messages
+ * discarded, and returns 1; otherwise returns 0 and leaves `*out` alone.
+ * -EINVAL (and nothing freed) when chan or out is NULL or size is below
+ * EVENTQ_CHAN_STATS_SIZE_MIN.
  *
  * Thread safety: as `eventq_chan_free`.
  */
-int eventq_chan_free_final(struct eventq_chan *chan, struct eventq_chan_stats *out);
+int eventq_chan_free_final(struct eventq_chan *chan, struct eventq_chan_stats *out, size_t size);
 
 /**
  * The fd to poll for input: readable exactly while messages are pending or
  * the channel is closed (D4). Owned by the channel: poll it, never read,
  * write or close it. -EINVAL for NULL.
  *
+ * Edge-triggered waiters (EPOLLET, Go's netpoller, tokio's AsyncFd) may
+ * receive until -EAGAIN (or a short batch) and then wait for the next
+ * event: after any receive refused for lack of messages, the fd gets a new
+ * event (an eventfd write, which wakes them even if it is already
+ * readable) no later than when a message is receivable, or the channel
+ * closes; close always writes it (D9).
+ *
  * Several consumers may poll it; each wakes when it becomes readable. Do
- * not register it with EPOLLEXCLUSIVE: after close it stays readable with
- * no further event, so only one exclusive waiter would ever wake.
+ * not register it with EPOLLEXCLUSIVE: close writes the fd once, which
+ * wakes only one exclusive waiter, and the fd stays readable with no
+ * further event.
  *
  * Thread safety: any thread.
  */
@@ -517,6 +557,11 @@ int eventq_chan_recv_fd(const struct eventq_chan *chan);
  * leaves the queue at or below low water (in messages, and with a byte
  * limit also in bytes: max_bytes/2). Owned by the channel: poll it,
  * never read, write or close it. -EINVAL for NULL.
+ *
+ * Edge-triggered waiters may send until -EAGAIN (or a short batch) and then
+ * wait for the next event: after any send refused for lack of room, the fd
+ * gets a new event when it is due readable as above (a refused send leaves
+ * it down); close always writes it (D9).
  *
  * Thread safety: any thread.
  */
@@ -623,12 +668,19 @@ int eventq_chan_recv_batch(const struct eventq_chan *chan,
 int eventq_chan_close(const struct eventq_chan *chan);
 
 /**
- * Writes a snapshot of the channel's counters to `*out`. Returns 0, or
- * -EINVAL for a NULL chan or out.
+ * Writes a snapshot of the channel's counters to `*out`, `size` bytes long
+ * (pass `sizeof *out`): nothing past `size` is written, so a caller built
+ * with an older, smaller struct gets the fields it knows; a newer, larger
+ * struct gets zeros in the fields this library does not know.
+ *
+ * Returns 0; -EINVAL for a NULL chan or out, or a size below
+ * EVENTQ_CHAN_STATS_SIZE_MIN.
  *
  * Thread safety: any thread, concurrently with any other call.
  */
-int eventq_chan_get_stats(const struct eventq_chan *chan, struct eventq_chan_stats *out);
+int eventq_chan_get_stats(const struct eventq_chan *chan,
+                          struct eventq_chan_stats *out,
+                          size_t size);
 
 /**
  * The bytes of a received message; NULL for a NULL msg. Valid until

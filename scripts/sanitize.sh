@@ -228,7 +228,7 @@ CARGO_TARGET_DIR_BASE=${CARGO_TARGET_DIR:-target}
 
 # Tests left out of some runs (names of tests/c/test_*.c or tests/*.rs),
 # each for a reason measured here, not for a finding:
-#  - test_memcg, memcg (issue 7) drive real memory pressure in a cgroup (an
+#  - test_memcg, memcg drive real memory pressure in a cgroup (an
 #    allocating child, kernel notifications). Under TSan and valgrind both
 #    hung past their 60 s watchdogs (the allocation pattern and speed change
 #    under the tools); under ASan they pass and run.

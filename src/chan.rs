@@ -190,12 +190,13 @@ pub struct Stats {
     /// The most messages ever queued at once.
     pub peak_depth: u64,
     /// Writes to the receive eventfd: one per empty-to-non-empty transition,
-    /// and one at close if the fd was down. Compare with `sent` to see the
-    /// wakeup economy.
+    /// one at close, and one when a batch receive ends short at end of
+    /// stream (D9).
+    /// Compare with `sent` to see the wakeup economy.
     pub recv_doorbell_rings: u64,
     /// Writes to the send eventfd: one at creation, one per drain to the
-    /// low-water mark after the queue was full (or refused a send), and one
-    /// at close if the fd was down.
+    /// low-water mark after the queue was full (or refused a send),
+    /// and one at close (D9).
     pub send_doorbell_rings: u64,
     /// Whether the channel is closed.
     pub closed: bool,
@@ -212,12 +213,11 @@ struct Bells {
 /// netpoller, tokio), who wake only on a write, not on a level.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Edge {
-    /// Write only on a transition to raised.
+    /// Write only on a transition to raised. Enough for a refused call
+    /// once its fd is down: the raise that follows is its event.
     IfChanged,
-    /// A call was refused (-EAGAIN) or the channel closed: if the fd ends
-    /// up raised, write even if it already was, so every waiter that saw
-    /// the refusal gets an event. If it ends up lowered, the raise that
-    /// follows is that event.
+    /// The fd stays up and a waiter may have consumed its last event (close;
+    /// a batch cut short at end of stream): write even if it is up already.
     Owed,
 }
 
@@ -257,8 +257,8 @@ struct Pushed {
     saw_recv_down: bool,
     /// Some push found a receiver announced as blocked.
     saw_recv_waiters: bool,
-    /// The length of a message the batch stopped at for lack of room.
-    refused: Option<usize>,
+    /// The batch stopped for lack of room, with the send fd lowered.
+    refused: bool,
 }
 
 impl Pushed {
@@ -278,9 +278,12 @@ struct Popped {
     bytes: usize,
     /// The `head` flags seen by the claiming CASes.
     flags: u64,
-    /// The batch ended on an empty queue whose receive fd looked raised:
-    /// the caller was refused while the fd may stay up, so it is owed an
-    /// edge.
+    /// The batch ended on an empty queue with the receive fd lowered: the
+    /// doorbell needs no more work.
+    settled: bool,
+    /// The batch ended short at end of stream: the fd stays up, so the
+    /// caller, who may wait for an edge after a short batch, is owed a
+    /// write (D9).
     edge_owed: bool,
 }
 
@@ -378,13 +381,16 @@ impl Chan {
 
     /// The fd to poll for input: readable exactly while messages are pending
     /// or the channel is closed (D4). Only poll it; never read or write it.
+    /// Edge-triggered pollers may wait for the next event after a refused
+    /// receive (D9).
     pub fn recv_fd(&self) -> RawFd {
         self.shared.recv_bell.as_raw_fd()
     }
 
     /// The fd to poll for room: not readable while the channel is full and
     /// open, readable again once it drains to the low-water mark or closes
-    /// (D5). Only poll it; never read or write it.
+    /// (D5). Only poll it; never read or write it. Edge-triggered pollers
+    /// may wait for the next event after a refused send (D9).
     pub fn send_fd(&self) -> RawFd {
         self.shared.send_bell.as_raw_fd()
     }
@@ -434,30 +440,39 @@ impl Chan {
                 }
                 Err(PushError::Closed) => return Err(Error::Closed),
                 Err(PushError::Full) => {
-                    // No room: lower the send fd now so a producer polling
-                    // it sleeps until the queue drains instead of spinning;
-                    // one about to be refused is owed an edge.
+                    // No room: lower the send fd now, so a producer polling
+                    // it sleeps until the queue drains instead of spinning
+                    // and gets its raise as an event (D9). If room came
+                    // back meanwhile, the fd may be up: try again instead.
+                    if !sh.sync_send(Some(first.len())) {
+                        continue;
+                    }
                     let deadline = *deadline.get_or_insert_with(|| Deadline::new(wait));
                     if let Some(e) = deadline.expired() {
-                        sh.sync_send(Some(first.len()), Edge::Owed);
                         return Err(e);
                     }
-                    sh.sync_send(Some(first.len()), Edge::IfChanged);
                     sh.wait_for_room(first.len(), deadline);
                 }
             }
         }
-        for msg in msgs {
+        'batch: for msg in msgs {
             if msg.len() > sh.limits.max_msg_size {
                 break;
             }
-            match sh.try_push(msg) {
-                Ok(c) => pushed.add(&c),
-                Err(PushError::Full) => {
-                    pushed.refused = Some(msg.len());
-                    break;
+            loop {
+                match sh.try_push(msg) {
+                    Ok(c) => {
+                        pushed.add(&c);
+                        break;
+                    }
+                    // Cut short for lack of room: as for the first message.
+                    Err(PushError::Full) if !sh.sync_send(Some(msg.len())) => {}
+                    Err(PushError::Full) => {
+                        pushed.refused = true;
+                        break 'batch;
+                    }
+                    Err(PushError::Closed) => break 'batch,
                 }
-                Err(PushError::Closed) => break,
             }
         }
         sh.after_push(&pushed);
@@ -517,8 +532,18 @@ impl Chan {
             let copy = &mut |m: Payload<'_>| copy_out(m, rest);
             let c = match sh.ring.pop(|len| len <= room, copy) {
                 Pop::Took(c) => c,
-                Pop::Empty(tail) => {
-                    popped.edge_owed = tail & TAIL_RECV_RAISED != 0;
+                Pop::Empty(tail) if tail & TAIL_CLOSED != 0 => {
+                    popped.edge_owed = true;
+                    break;
+                }
+                // Short: settle the fd as a refused receive does.
+                Pop::Empty(tail)
+                    if tail & TAIL_RECV_RAISED != 0 && sh.sync_recv(Edge::IfChanged) =>
+                {
+                    continue
+                }
+                Pop::Empty(_) => {
+                    popped.settled = true;
                     break;
                 }
                 Pop::TooLong(_) => break,
@@ -539,10 +564,11 @@ impl Chan {
         if sh.ring.tail.fetch_or(TAIL_CLOSED, Ordering::SeqCst) & TAIL_CLOSED != 0 {
             return false;
         }
-        // An event on both fds even if they are up already: edge-triggered
-        // waiters that were refused while the fd stayed up learn of it.
+        // An event on both fds even if they are up already: an
+        // edge-triggered waiter may have consumed the last one just before
+        // its refusal.
         sh.sync_recv(Edge::Owed);
-        sh.sync_send(None, Edge::Owed);
+        sh.sync_send_with(None, Edge::Owed);
         let _sleepers = sh.waiting.lock();
         sh.ring.tail.fetch_and(!TAIL_RECV_WAITERS, Ordering::SeqCst);
         sh.ring.head.fetch_and(!HEAD_SEND_WAITERS, Ordering::SeqCst);
@@ -692,10 +718,8 @@ impl Shared {
             .limits
             .max_bytes
             .is_some_and(|max| self.bytes.load(Ordering::Relaxed) >= max);
-        if let Some(len) = p.refused {
-            self.sync_send(Some(len), Edge::Owed);
-        } else if full || bytes_full {
-            self.sync_send(None, Edge::IfChanged);
+        if (full || bytes_full) && !p.refused {
+            self.sync_send(None);
         }
         if p.saw_recv_waiters {
             self.wake_receivers(p.n);
@@ -716,7 +740,7 @@ impl Shared {
         // `bells` after it puts that right.
         if p.edge_owed {
             self.sync_recv(Edge::Owed);
-        } else if !self.ring.is_ready(next) {
+        } else if !p.settled && !self.ring.is_ready(next) {
             let tail = self.ring.tail.load(Ordering::SeqCst);
             if position(tail) == next && tail & TAIL_CLOSED == 0 {
                 self.sync_recv(Edge::IfChanged);
@@ -744,7 +768,7 @@ impl Shared {
     /// or senders asleep (`flags`): raise it, wake them.
     fn room_at_low_water(&self, flags: u64) {
         if flags & HEAD_SEND_LOWERED != 0 {
-            self.sync_send(None, Edge::IfChanged);
+            self.sync_send(None);
         }
         if flags & HEAD_SEND_WAITERS != 0 {
             let sleepers = self.waiting.lock();
@@ -777,8 +801,8 @@ impl Shared {
 
     /// Makes the receive doorbell match the queue: raised iff messages are
     /// pending or the channel is closed; with `Edge::Owed`, a raised fd is
-    /// written even if it was up already.
-    fn sync_recv(&self, edge: Edge) {
+    /// written even if it was up already. Returns whether it is raised.
+    fn sync_recv(&self, edge: Edge) -> bool {
         let mut bells = self.bells.lock();
         loop {
             // Read-modify-writes read the latest values, not stale ones.
@@ -791,7 +815,7 @@ impl Shared {
                     self.recv_bell.pulse();
                     bells.recv_rings += 1;
                 }
-                return;
+                return want;
             }
             // Judged by `tail`: if a send moved it since, judge again.
             if self
@@ -813,16 +837,22 @@ impl Shared {
             } else {
                 self.recv_bell.lower();
             }
-            return;
+            return want;
         }
     }
 
     /// Makes the send doorbell match the queue: lowered when full (or when
     /// a send of `refused` bytes does not fit), raised at the low-water mark
-    /// or when closed, unchanged in between. With `Edge::Owed`, an fd that
-    /// stays up is written once: the refused sender found room gone and
-    /// back without the fd going down, and gets its event now.
-    fn sync_send(&self, refused: Option<usize>, mut edge: Edge) {
+    /// or when closed, unchanged in between; close writes it even if it is
+    /// up. Returns whether the `refused` send still does not fit (and so
+    /// the fd is down): false means room came back (or the channel closed),
+    /// and the sender should try again rather than be refused with an fd
+    /// that may stay up (D9).
+    fn sync_send(&self, refused: Option<usize>) -> bool {
+        self.sync_send_with(refused, Edge::IfChanged)
+    }
+
+    fn sync_send_with(&self, refused: Option<usize>, mut edge: Edge) -> bool {
         let mut bells = self.bells.lock();
         loop {
             let head = self.ring.head.fetch_or(0, Ordering::SeqCst);
@@ -857,7 +887,7 @@ impl Shared {
                 edge = Edge::IfChanged;
             }
             if !self.byte_limited() {
-                return;
+                return self.still_refused(tail, head, refused);
             }
             // Bytes are given back after `head` moves, so a receive may have
             // missed the flag just set: look again after a fence (the
@@ -867,7 +897,7 @@ impl Shared {
             let tail = self.ring.tail.fetch_or(0, Ordering::SeqCst);
             let lowered = head & HEAD_SEND_LOWERED != 0;
             if self.send_should_be_lowered(tail, head, refused, lowered) == lowered {
-                return;
+                return self.still_refused(tail, head, refused);
             }
         }
     }
@@ -886,14 +916,21 @@ impl Shared {
         let bytes = self.bytes.load(Ordering::SeqCst);
         let full =
             depth >= self.ring.cap() || self.limits.max_bytes.is_some_and(|max| bytes >= max);
-        let refused_still = refused.is_some_and(|len| !self.fits(depth, bytes, len));
-        if full || refused_still {
+        if full || self.still_refused(tail, head, refused) {
             return true;
         }
         if depth <= self.limits.low_water as u64 && bytes <= self.limits.low_water_bytes {
             return false;
         }
         lowered
+    }
+
+    /// Whether a send of `refused` bytes would still be refused for lack of
+    /// room (not on a closed channel: that send fails otherwise).
+    fn still_refused(&self, tail: u64, head: u64, refused: Option<usize>) -> bool {
+        let depth = position(tail).saturating_sub(position(head));
+        tail & TAIL_CLOSED == 0
+            && refused.is_some_and(|len| !self.fits(depth, self.bytes.load(Ordering::SeqCst), len))
     }
 
     fn fits(&self, depth: u64, bytes: usize, len: usize) -> bool {
@@ -920,11 +957,12 @@ impl Shared {
                     if let Some(e) = deadline.expired() {
                         // Refused while the fd looked up: another receiver
                         // took the last message and has not lowered it yet,
-                        // so the next send will not write it. Settle it
-                        // now: lowered (the next send raises it) or, if a
-                        // message came meanwhile, written again.
-                        if tail & TAIL_RECV_RAISED != 0 {
-                            self.sync_recv(Edge::Owed);
+                        // and a send arriving now would find it up and write
+                        // nothing. Lower it first, so that the next send's
+                        // raise is the caller's event (D9); if a message (or
+                        // close) came meanwhile, take that instead.
+                        if tail & TAIL_RECV_RAISED != 0 && self.sync_recv(Edge::IfChanged) {
+                            continue;
                         }
                         return Err(e);
                     }

@@ -222,7 +222,7 @@ func NewChan(opts ...Option) (*Chan, error) {
 		return nil, syscall.EINVAL
 	}
 	var copts C.eventq_chan_opts
-	if rc := C.eventq_chan_opts_init(&copts); rc < 0 {
+	if rc := C.eventq_chan_opts_init(&copts, C.sizeof_struct_eventq_chan_opts); rc < 0 {
 		return nil, errOf(rc)
 	}
 	copts.capacity = C.size_t(o.capacity)
@@ -275,7 +275,7 @@ func (c *Chan) done(s int) {
 
 func (c *Chan) free() {
 	var st C.eventq_chan_stats
-	if C.eventq_chan_free_final(c.ptr, &st) == 1 {
+	if C.eventq_chan_free_final(c.ptr, &st, C.sizeof_struct_eventq_chan_stats) == 1 {
 		s := statsOf(&st)
 		c.final.Store(&s)
 	}
@@ -374,7 +374,7 @@ func (c *Chan) Stats() (Stats, error) {
 	}
 	defer c.done(refOther)
 	var st C.eventq_chan_stats
-	if rc := C.eventq_chan_get_stats(c.ptr, &st); rc < 0 {
+	if rc := C.eventq_chan_get_stats(c.ptr, &st, C.sizeof_struct_eventq_chan_stats); rc < 0 {
 		return Stats{}, errOf(rc)
 	}
 	return statsOf(&st), nil

@@ -1,18 +1,26 @@
 //! `eventq_chan_*` and `eventq_msg_*`: the channel's C ABI.
 
 use std::ffi::{c_int, c_void};
+use std::mem::{offset_of, size_of};
 use std::ptr;
 use std::slice;
 
-use super::{boundary, check, einval, int_count, neg, put, wait_of, PANIC};
+use super::{
+    borrow, boundary, check, einval, free, give, int_count, neg, put, read_sized, require, take,
+    wait_of, write_sized, Handle, PANIC,
+};
 use crate::chan::{Chan, Options, Stats};
 
 /// A channel handle. Each handle is freed once with `eventq_chan_free`; the
 /// channel lives until its last handle is freed.
 pub struct eventq_chan(Chan);
 
+impl Handle for eventq_chan {}
+
 /// A received message owned by the caller; free it with `eventq_msg_free`.
 pub struct eventq_msg(Vec<u8>);
+
+impl Handle for eventq_msg {}
 
 /// `low_water` value meaning "half the capacity". The header defines it as
 /// `SIZE_MAX` (build.rs), which cbindgen cannot spell.
@@ -35,9 +43,14 @@ pub const EVENTQ_DEFAULT_CAPACITY: usize = 1024;
 /// Called once per message still queued when the last handle is freed.
 pub type eventq_drop_fn = Option<extern "C" fn(userdata: *mut c_void, data: *const u8, len: usize)>;
 
-/// Channel options. Fill with `eventq_chan_opts_init`, then change fields.
+/// Channel options. Fill with `eventq_chan_opts_init(&opts, sizeof opts)`,
+/// then change fields. Fields may be added at the end in later versions;
+/// `size` tells the library which ones the caller's header had.
 #[repr(C)]
 pub struct eventq_chan_opts {
+    /// `sizeof` the struct as the caller's header declares it; set by
+    /// `eventq_chan_opts_init`.
+    pub size: usize,
     /// Most messages queued at once; 1 to EVENTQ_MAX_CAPACITY.
     pub capacity: usize,
     /// Most bytes queued at once (sum of lengths); 0 for no byte limit.
@@ -56,7 +69,17 @@ pub struct eventq_chan_opts {
     pub drop_userdata: *mut c_void,
 }
 
-/// Counters of a channel (see `eventq_chan_get_stats`).
+/// The smallest `size` of `eventq_chan_opts` accepted: `size` and
+/// `capacity`. Fields past the caller's size take their defaults.
+pub const EVENTQ_CHAN_OPTS_SIZE_MIN: usize = 16;
+const _: () = assert!(EVENTQ_CHAN_OPTS_SIZE_MIN == offset_of!(eventq_chan_opts, max_bytes));
+
+/// The smallest `size` of `eventq_chan_stats` accepted: `sent`.
+pub const EVENTQ_CHAN_STATS_SIZE_MIN: usize = 8;
+
+/// Counters of a channel (see `eventq_chan_get_stats`). Every field is 64
+/// bits, so the struct has no padding; fields may be added at the end in
+/// later versions.
 #[repr(C)]
 pub struct eventq_chan_stats {
     /// Messages accepted by sends.
@@ -73,16 +96,17 @@ pub struct eventq_chan_stats {
     /// Most messages ever queued at once.
     pub peak_depth: u64,
     /// Writes to the receive eventfd: one per empty-to-non-empty transition,
-    /// and one at close if the fd was down. Far below `sent` on a busy
-    /// channel.
+    /// one at close, and one when a batch receive ends short at end of
+    /// stream (D9). Far below `sent` on a busy channel.
     pub recv_doorbell_rings: u64,
     /// Writes to the send eventfd: one at creation, one per drain to the
-    /// low-water mark after the channel was full (or refused a send), and
-    /// one at close if the fd was down.
+    /// low-water mark after the channel was full (or refused a send),
+    /// and one at close (D9).
     pub send_doorbell_rings: u64,
     /// 1 once the channel is closed.
-    pub closed: u32,
+    pub closed: u64,
 }
+const _: () = assert!(size_of::<eventq_chan_stats>() == 9 * 8);
 
 /// A message to send in a batch.
 #[repr(C)]
@@ -126,9 +150,7 @@ unsafe impl Send for DropHook {}
 unsafe impl Sync for DropHook {}
 
 pub(crate) fn chan_ref<'a>(chan: *const eventq_chan) -> Result<&'a Chan, c_int> {
-    // SAFETY: a non-NULL chan is a live handle from eventq_chan_new or
-    // eventq_chan_clone, as the header requires.
-    unsafe { chan.as_ref() }.map(|c| &c.0).ok_or(-libc::EINVAL)
+    borrow(chan).map(|c| &c.0)
 }
 
 /// `len` bytes at `data` of a message for `chan`; NULL is allowed only for
@@ -158,39 +180,46 @@ fn bytes_out<'a>(buf: *mut c_void, cap: usize) -> Result<&'a mut [u8], c_int> {
     Ok(unsafe { slice::from_raw_parts_mut(buf.cast::<u8>(), cap) })
 }
 
-/// Fills `opts` with the defaults: capacity EVENTQ_DEFAULT_CAPACITY, no byte
-/// limit, default maximum message size, low water at half the capacity, no
-/// drop hook. Returns 0, or -EINVAL if opts is NULL.
+/// The options `eventq_chan_opts_init` writes, for `size` bytes.
+fn default_opts(size: usize) -> eventq_chan_opts {
+    eventq_chan_opts {
+        size,
+        capacity: EVENTQ_DEFAULT_CAPACITY,
+        max_bytes: 0,
+        max_msg_size: 0,
+        low_water: EVENTQ_LOW_WATER_DEFAULT,
+        drop_fn: None,
+        drop_userdata: ptr::null_mut(),
+    }
+}
+
+/// Fills `opts`, `size` bytes long (pass `sizeof opts`), with the defaults:
+/// capacity EVENTQ_DEFAULT_CAPACITY, no byte limit, default maximum message
+/// size, low water at half the capacity, no drop hook; and `opts->size`
+/// with `size`. Writes nothing past `size`, and zeros there what this
+/// library does not know of a larger (newer) struct.
+///
+/// Returns 0; -EINVAL for a NULL opts or a size below
+/// EVENTQ_CHAN_OPTS_SIZE_MIN.
 ///
 /// Thread safety: any thread.
 #[no_mangle]
-pub extern "C" fn eventq_chan_opts_init(opts: *mut eventq_chan_opts) -> c_int {
+pub extern "C" fn eventq_chan_opts_init(opts: *mut eventq_chan_opts, size: usize) -> c_int {
     boundary!(PANIC, {
-        if opts.is_null() {
-            return -libc::EINVAL;
-        }
-        put(
-            opts,
-            eventq_chan_opts {
-                capacity: EVENTQ_DEFAULT_CAPACITY,
-                max_bytes: 0,
-                max_msg_size: 0,
-                low_water: EVENTQ_LOW_WATER_DEFAULT,
-                drop_fn: None,
-                drop_userdata: ptr::null_mut(),
-            },
-        );
-        0
+        require!(!opts.is_null());
+        write_sized(opts, size, EVENTQ_CHAN_OPTS_SIZE_MIN, &default_opts(size))
     })
 }
 
 /// Creates a channel and writes its first handle to `*out`. `opts` may be
-/// NULL for the defaults of `eventq_chan_opts_init`.
+/// NULL for the defaults of `eventq_chan_opts_init`; else its `size` says
+/// which fields it has (the rest take their defaults).
 ///
-/// Returns 0; -EINVAL for a NULL out, a capacity of 0 or above
-/// EVENTQ_MAX_CAPACITY, max_msg_size above
-/// max_bytes, or low_water not below capacity; -EMFILE/-ENFILE when no fd
-/// is left for its two eventfds; -ENOMEM.
+/// Returns 0; -EINVAL for a NULL out, an opts size below
+/// EVENTQ_CHAN_OPTS_SIZE_MIN, a capacity of 0 or above EVENTQ_MAX_CAPACITY,
+/// max_msg_size above max_bytes, or low_water not below capacity; -E2BIG
+/// when opts sets fields this version does not know; -EMFILE/-ENFILE when
+/// no fd is left for its eventfds; -ENOMEM.
 ///
 /// Thread safety: any thread.
 #[no_mangle]
@@ -199,38 +228,34 @@ pub extern "C" fn eventq_chan_new(
     out: *mut *mut eventq_chan,
 ) -> c_int {
     boundary!(PANIC, {
-        if out.is_null() {
-            return -libc::EINVAL;
+        require!(!out.is_null());
+        let mut o = default_opts(size_of::<eventq_chan_opts>());
+        if !opts.is_null() {
+            // SAFETY: a non-NULL opts points to a struct whose first field,
+            // `size`, is initialised, as the header requires.
+            let size = unsafe { ptr::addr_of!((*opts).size).read() };
+            let rc = read_sized(opts, size, EVENTQ_CHAN_OPTS_SIZE_MIN, &mut o);
+            require!(rc == 0, rc);
         }
-        // SAFETY: a non-NULL opts points to an initialised eventq_chan_opts.
-        let options = match unsafe { opts.as_ref() } {
-            None => Options::new(EVENTQ_DEFAULT_CAPACITY),
-            Some(o) => {
-                let mut options = Options::new(o.capacity);
-                if o.max_bytes != 0 {
-                    options = options.max_bytes(o.max_bytes);
-                }
-                if o.max_msg_size != 0 {
-                    options = options.max_msg_size(o.max_msg_size);
-                }
-                if o.low_water != EVENTQ_LOW_WATER_DEFAULT {
-                    options = options.low_water(o.low_water);
-                }
-                if let Some(f) = o.drop_fn {
-                    let hook = DropHook {
-                        f,
-                        userdata: o.drop_userdata,
-                    };
-                    options = options.on_drop(move |m| hook.call(m));
-                }
-                options
-            }
-        };
+        let mut options = Options::new(o.capacity);
+        if o.max_bytes != 0 {
+            options = options.max_bytes(o.max_bytes);
+        }
+        if o.max_msg_size != 0 {
+            options = options.max_msg_size(o.max_msg_size);
+        }
+        if o.low_water != EVENTQ_LOW_WATER_DEFAULT {
+            options = options.low_water(o.low_water);
+        }
+        if let Some(f) = o.drop_fn {
+            let hook = DropHook {
+                f,
+                userdata: o.drop_userdata,
+            };
+            options = options.on_drop(move |m| hook.call(m));
+        }
         match Chan::new(options) {
-            Ok(chan) => {
-                put(out, Box::into_raw(Box::new(eventq_chan(chan))));
-                0
-            }
+            Ok(chan) => give(out, eventq_chan(chan)),
             Err(e) => neg(&e),
         }
     })
@@ -245,7 +270,7 @@ pub extern "C" fn eventq_chan_new(
 pub extern "C" fn eventq_chan_clone(chan: *const eventq_chan) -> *mut eventq_chan {
     boundary!(ptr::null_mut(), {
         match chan_ref(chan) {
-            Ok(c) => Box::into_raw(Box::new(eventq_chan(c.clone()))),
+            Ok(c) => super::into_raw(eventq_chan(c.clone())),
             Err(_) => ptr::null_mut(),
         }
     })
@@ -258,37 +283,28 @@ pub extern "C" fn eventq_chan_clone(chan: *const eventq_chan) -> *mut eventq_cha
 /// Thread safety: any thread; the handle must not be used after or during.
 #[no_mangle]
 pub extern "C" fn eventq_chan_free(chan: *mut eventq_chan) {
-    boundary!((), {
-        if !chan.is_null() {
-            // SAFETY: chan came from Box::into_raw in eventq_chan_new or
-            // eventq_chan_clone and is freed once, as the header requires.
-            drop(unsafe { Box::from_raw(chan) });
-        }
-    })
+    boundary!((), { free(chan) })
 }
 
 /// Frees a handle like `eventq_chan_free`. If it was the last, writes the
-/// channel's final counters to `*out` (with `dropped`, the messages
-/// discarded) and returns 1; otherwise returns 0 and leaves `*out` alone.
-/// -EINVAL (and nothing freed) when chan or out is NULL.
+/// channel's final counters to `*out`, `size` bytes long (pass `sizeof
+/// *out`; as for `eventq_chan_get_stats`), with `dropped`, the messages
+/// discarded, and returns 1; otherwise returns 0 and leaves `*out` alone.
+/// -EINVAL (and nothing freed) when chan or out is NULL or size is below
+/// EVENTQ_CHAN_STATS_SIZE_MIN.
 ///
 /// Thread safety: as `eventq_chan_free`.
 #[no_mangle]
 pub extern "C" fn eventq_chan_free_final(
     chan: *mut eventq_chan,
     out: *mut eventq_chan_stats,
+    size: usize,
 ) -> c_int {
     boundary!(PANIC, {
-        if chan.is_null() || out.is_null() {
-            return -libc::EINVAL;
-        }
-        // SAFETY: as in eventq_chan_free.
-        let handle = unsafe { Box::from_raw(chan) };
+        require!(!out.is_null() && size >= EVENTQ_CHAN_STATS_SIZE_MIN);
+        let handle = check!(take(chan).ok_or(-libc::EINVAL));
         match handle.0.into_final_stats() {
-            Some(s) => {
-                put(out, s.into());
-                1
-            }
+            Some(s) => write_sized(out, size, EVENTQ_CHAN_STATS_SIZE_MIN, &s.into()) + 1,
             None => 0,
         }
     })
@@ -298,9 +314,17 @@ pub extern "C" fn eventq_chan_free_final(
 /// the channel is closed (D4). Owned by the channel: poll it, never read,
 /// write or close it. -EINVAL for NULL.
 ///
+/// Edge-triggered waiters (EPOLLET, Go's netpoller, tokio's AsyncFd) may
+/// receive until -EAGAIN (or a short batch) and then wait for the next
+/// event: after any receive refused for lack of messages, the fd gets a new
+/// event (an eventfd write, which wakes them even if it is already
+/// readable) no later than when a message is receivable, or the channel
+/// closes; close always writes it (D9).
+///
 /// Several consumers may poll it; each wakes when it becomes readable. Do
-/// not register it with EPOLLEXCLUSIVE: after close it stays readable with
-/// no further event, so only one exclusive waiter would ever wake.
+/// not register it with EPOLLEXCLUSIVE: close writes the fd once, which
+/// wakes only one exclusive waiter, and the fd stays readable with no
+/// further event.
 ///
 /// Thread safety: any thread.
 #[no_mangle]
@@ -314,6 +338,11 @@ pub extern "C" fn eventq_chan_recv_fd(chan: *const eventq_chan) -> c_int {
 /// leaves the queue at or below low water (in messages, and with a byte
 /// limit also in bytes: max_bytes/2). Owned by the channel: poll it,
 /// never read, write or close it. -EINVAL for NULL.
+///
+/// Edge-triggered waiters may send until -EAGAIN (or a short batch) and then
+/// wait for the next event: after any send refused for lack of room, the fd
+/// gets a new event when it is due readable as above (a refused send leaves
+/// it down); close always writes it (D9).
 ///
 /// Thread safety: any thread.
 #[no_mangle]
@@ -373,13 +402,9 @@ pub extern "C" fn eventq_chan_send_batch(
     boundary!(PANIC, {
         let chan = check!(chan_ref(chan));
         let wait = check!(wait_of(timeout_ns));
-        if count > c_int::MAX as usize {
-            return -libc::EINVAL;
-        }
+        require!(count <= c_int::MAX as usize);
+        require!(!msgs.is_null() || count == 0);
         let bufs: &[eventq_buf] = if msgs.is_null() {
-            if count != 0 {
-                return -libc::EINVAL;
-            }
             &[]
         } else {
             // SAFETY: msgs points to count initialised eventq_buf entries.
@@ -387,16 +412,12 @@ pub extern "C" fn eventq_chan_send_batch(
         };
         // Check every entry before queueing any, so a bad pointer late in
         // the batch cannot leave a half-sent batch behind an error.
-        if bufs.iter().any(|b| b.data.is_null() && b.len != 0) {
-            return -libc::EINVAL;
-        }
+        require!(!bufs.iter().any(|b| b.data.is_null() && b.len != 0));
         // A message over the size limit ends the prefix (the first one fails
         // the call); entries past it are never turned into slices.
         let max = chan.max_msg_size();
         let sendable = bufs.iter().position(|b| b.len > max).unwrap_or(bufs.len());
-        if sendable == 0 && !bufs.is_empty() {
-            return -libc::EMSGSIZE;
-        }
+        require!(sendable > 0 || bufs.is_empty(), -libc::EMSGSIZE);
         let iter = bufs[..sendable]
             .iter()
             .map(|b| bytes_in(chan, b.data, b.len).unwrap_or(&[]));
@@ -428,9 +449,7 @@ pub extern "C" fn eventq_chan_recv(
 ) -> c_int {
     boundary!(PANIC, {
         let chan = check!(chan_ref(chan));
-        if len.is_null() {
-            return -libc::EINVAL;
-        }
+        require!(!len.is_null());
         let buf = check!(bytes_out(buf, cap));
         let wait = check!(wait_of(timeout_ns));
         match chan.recv_into(buf, wait) {
@@ -464,15 +483,10 @@ pub extern "C" fn eventq_chan_recv_msg(
 ) -> c_int {
     boundary!(PANIC, {
         let chan = check!(chan_ref(chan));
-        if out.is_null() {
-            return -libc::EINVAL;
-        }
+        require!(!out.is_null());
         let wait = check!(wait_of(timeout_ns));
         match chan.recv(wait) {
-            Ok(m) => {
-                put(out, Box::into_raw(Box::new(eventq_msg(m))));
-                0
-            }
+            Ok(m) => give(out, eventq_msg(m)),
             Err(e) => neg(&e),
         }
     })
@@ -502,10 +516,8 @@ pub extern "C" fn eventq_chan_recv_batch(
         let buf = check!(bytes_out(buf, cap));
         let wait = check!(wait_of(timeout_ns));
         let max_msgs = max_msgs.min(c_int::MAX as usize);
+        require!(!lens.is_null() || max_msgs == 0);
         let lens: &mut [usize] = if lens.is_null() {
-            if max_msgs != 0 {
-                return -libc::EINVAL;
-            }
             &mut []
         } else {
             // SAFETY: lens points to max_msgs writable size_t entries.
@@ -537,22 +549,25 @@ pub extern "C" fn eventq_chan_close(chan: *const eventq_chan) -> c_int {
     })
 }
 
-/// Writes a snapshot of the channel's counters to `*out`. Returns 0, or
-/// -EINVAL for a NULL chan or out.
+/// Writes a snapshot of the channel's counters to `*out`, `size` bytes long
+/// (pass `sizeof *out`): nothing past `size` is written, so a caller built
+/// with an older, smaller struct gets the fields it knows; a newer, larger
+/// struct gets zeros in the fields this library does not know.
+///
+/// Returns 0; -EINVAL for a NULL chan or out, or a size below
+/// EVENTQ_CHAN_STATS_SIZE_MIN.
 ///
 /// Thread safety: any thread, concurrently with any other call.
 #[no_mangle]
 pub extern "C" fn eventq_chan_get_stats(
     chan: *const eventq_chan,
     out: *mut eventq_chan_stats,
+    size: usize,
 ) -> c_int {
     boundary!(PANIC, {
         let chan = check!(chan_ref(chan));
-        if out.is_null() {
-            return -libc::EINVAL;
-        }
-        put(out, chan.stats().into());
-        0
+        require!(!out.is_null());
+        write_sized(out, size, EVENTQ_CHAN_STATS_SIZE_MIN, &chan.stats().into())
     })
 }
 
@@ -563,8 +578,7 @@ pub extern "C" fn eventq_chan_get_stats(
 #[no_mangle]
 pub extern "C" fn eventq_msg_data(msg: *const eventq_msg) -> *const u8 {
     boundary!(ptr::null(), {
-        // SAFETY: a non-NULL msg is a live message from eventq_chan_recv_msg.
-        unsafe { msg.as_ref() }.map_or(ptr::null(), |m| m.0.as_ptr())
+        borrow(msg).map_or(ptr::null(), |m| m.0.as_ptr())
     })
 }
 
@@ -573,10 +587,7 @@ pub extern "C" fn eventq_msg_data(msg: *const eventq_msg) -> *const u8 {
 /// Thread safety: any thread that owns the message.
 #[no_mangle]
 pub extern "C" fn eventq_msg_len(msg: *const eventq_msg) -> usize {
-    boundary!(0, {
-        // SAFETY: as in eventq_msg_data.
-        unsafe { msg.as_ref() }.map_or(0, |m| m.0.len())
-    })
+    boundary!(0, { borrow(msg).map_or(0, |m| m.0.len()) })
 }
 
 /// Frees a received message. NULL is a no-op.
@@ -584,11 +595,5 @@ pub extern "C" fn eventq_msg_len(msg: *const eventq_msg) -> usize {
 /// Thread safety: any thread that owns the message.
 #[no_mangle]
 pub extern "C" fn eventq_msg_free(msg: *mut eventq_msg) {
-    boundary!((), {
-        if !msg.is_null() {
-            // SAFETY: msg came from Box::into_raw in eventq_chan_recv_msg and
-            // is freed once.
-            drop(unsafe { Box::from_raw(msg) });
-        }
-    })
+    boundary!((), { free(msg) })
 }

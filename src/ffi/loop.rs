@@ -8,11 +8,14 @@
 
 use std::ffi::{c_int, c_void};
 use std::ptr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::chan::eventq_chan;
-use super::{boundary, check, int_count, neg, wait_of, PANIC};
+pub use super::eventq_destroy_fn;
+use super::{
+    borrow, boundary, check, free, give, int_count, neg, require, share, wait_of, Handle, UserData,
+    PANIC,
+};
 use crate::chan::Wait;
 use crate::error::Error;
 use crate::event_loop::{events, Callback, Event, Loop, LoopHandle, SourceId};
@@ -20,10 +23,16 @@ use crate::event_loop::{events, Callback, Event, Loop, LoopHandle, SourceId};
 /// An event loop. Free with `eventq_loop_free`.
 pub struct eventq_loop(Loop);
 
+impl Handle for eventq_loop {}
+
 /// A source of a loop (see `eventq_loop_add_fd` and the other adds).
 pub struct eventq_source {
     lp: LoopHandle,
     id: SourceId,
+}
+
+impl Handle for eventq_source {
+    const SHARED: bool = true;
 }
 
 /// fd readiness flags: the epoll values.
@@ -58,10 +67,6 @@ const _: () = {
     assert!(EVENTQ_EDGE == events::EDGE && EVENTQ_ONESHOT == events::ONESHOT);
 };
 
-/// Runs once with the userdata when its source goes away: removed, freed
-/// with its loop, or, if the add call fails, before that call returns.
-pub type eventq_destroy_fn = Option<extern "C" fn(userdata: *mut c_void)>;
-
 /// An fd source is ready; `revents` holds the EVENTQ_* flags set. Return 0,
 /// or a negative errno to disable the source (see `eventq_source_error`).
 pub type eventq_fd_fn = Option<
@@ -94,18 +99,16 @@ pub type eventq_signal_fn =
 /// A task posted with `eventq_loop_post`.
 pub type eventq_post_fn = Option<extern "C" fn(arg: *mut c_void)>;
 
-/// The C side of a source: userdata, its destroy hook, and the source's own
-/// handle reference. Dropped exactly once: when the source goes away, or
-/// when the add call fails.
+/// The C side of a source: userdata with its destroy hook, and the
+/// source's own handle reference. Dropped exactly once: when the source
+/// goes away, or when the add call fails.
 struct Hook {
-    userdata: *mut c_void,
-    destroy: eventq_destroy_fn,
+    userdata: UserData,
     src: *const eventq_source,
 }
 
-// SAFETY: the header documents that callbacks and destroy hooks run on the
-// loop's thread (or the thread that removes the source or frees the loop),
-// so the caller vouches that userdata may move there.
+// SAFETY: userdata is Send (see UserData); src is a shared handle whose
+// reference count is atomic.
 unsafe impl Send for Hook {}
 
 impl Hook {
@@ -116,14 +119,7 @@ impl Hook {
 
 impl Drop for Hook {
     fn drop(&mut self) {
-        if let Some(destroy) = self.destroy {
-            destroy(self.userdata);
-        }
-        if !self.src.is_null() {
-            // SAFETY: src came from Arc::into_raw in `add` and this is the
-            // hook's one reference.
-            drop(unsafe { Arc::from_raw(self.src) });
-        }
+        free(self.src);
     }
 }
 
@@ -137,15 +133,12 @@ fn status(rc: c_int) -> crate::Result<()> {
 }
 
 fn loop_ref<'a>(lp: *const eventq_loop) -> Result<&'a Loop, c_int> {
-    // SAFETY: a non-NULL lp is a live loop from eventq_loop_new.
-    unsafe { lp.as_ref() }.map(|l| &l.0).ok_or(-libc::EINVAL)
+    borrow(lp).map(|l| &l.0)
 }
 
 /// The live loop and id behind a source handle.
 fn source_ref(src: *const eventq_source) -> Result<(Loop, SourceId), c_int> {
-    // SAFETY: a non-NULL src is a handle from an add call's out (not yet
-    // freed) or the pointer a callback received (valid during the call).
-    let src = unsafe { src.as_ref() }.ok_or(-libc::EINVAL)?;
+    let src = borrow(src)?;
     let lp = src.lp.upgrade().map_err(|e| neg(&e))?;
     Ok((lp, src.id))
 }
@@ -159,8 +152,7 @@ impl Hook {
     /// every path, failure included, runs destroy(userdata) exactly once.
     fn new(userdata: *mut c_void, destroy: eventq_destroy_fn) -> Hook {
         Hook {
-            userdata,
-            destroy,
+            userdata: UserData::new(userdata, destroy),
             src: ptr::null(),
         }
     }
@@ -169,16 +161,15 @@ impl Hook {
     /// callback can run, so the caller's extra reference (for `out`) exists
     /// before a callback could remove the source and drop the hook's.
     fn attach(&mut self, lp: &Loop, id: SourceId, out_wanted: bool) -> *mut eventq_source {
-        let src = Arc::into_raw(Arc::new(eventq_source {
+        let src = super::into_raw(eventq_source {
             lp: lp.handle(),
             id,
-        }));
+        });
         if out_wanted {
-            // SAFETY: src is a live Arc pointer; this reference is the caller's.
-            unsafe { Arc::increment_strong_count(src) };
+            share(src);
         }
         self.src = src;
-        src.cast_mut()
+        src
     }
 }
 
@@ -205,7 +196,7 @@ fn add_source(
             on_event.take().expect("factory runs once"),
         );
         made = hook.attach(lp, id, !out.is_null());
-        Box::new(move |_, _, ev| f(hook.src(), hook.userdata, ev))
+        Box::new(move |_, _, ev| f(hook.src(), hook.userdata.ptr(), ev))
     });
     match res {
         Ok(_) => {
@@ -225,14 +216,9 @@ fn add_source(
 #[no_mangle]
 pub extern "C" fn eventq_loop_new(out: *mut *mut eventq_loop) -> c_int {
     boundary!(PANIC, {
-        if out.is_null() {
-            return -libc::EINVAL;
-        }
+        require!(!out.is_null());
         match Loop::new() {
-            Ok(lp) => {
-                super::put(out, Box::into_raw(Box::new(eventq_loop(lp))));
-                0
-            }
+            Ok(lp) => give(out, eventq_loop(lp)),
             Err(e) => neg(&e),
         }
     })
@@ -245,13 +231,7 @@ pub extern "C" fn eventq_loop_new(out: *mut *mut eventq_loop) -> c_int {
 /// Thread safety: not while the loop runs or other threads use it.
 #[no_mangle]
 pub extern "C" fn eventq_loop_free(lp: *mut eventq_loop) {
-    boundary!((), {
-        if !lp.is_null() {
-            // SAFETY: lp came from Box::into_raw in eventq_loop_new and is
-            // freed once.
-            drop(unsafe { Box::from_raw(lp) });
-        }
-    })
+    boundary!((), { free(lp) })
 }
 
 /// The loop's own fd: readable while some source has work. To embed the loop
@@ -344,12 +324,12 @@ pub extern "C" fn eventq_loop_post(
     destroy: eventq_destroy_fn,
 ) -> c_int {
     boundary!(PANIC, {
-        let hook = Hook::new(arg, destroy);
+        let arg = UserData::new(arg, destroy);
         let lp = check!(loop_ref(lp));
         let Some(f) = f else {
             return -libc::EINVAL;
         };
-        let task = PostTask { f, hook };
+        let task = PostTask { f, arg };
         match lp.post(move |_| task.run()) {
             Ok(()) => 0,
             Err(e) => neg(&e),
@@ -357,16 +337,16 @@ pub extern "C" fn eventq_loop_post(
     })
 }
 
-/// A posted fn and its arg; the hook runs destroy(arg) when the task is
-/// dropped, after running or unrun.
+/// A posted fn and its arg; destroy(arg) runs when the task is dropped,
+/// after running or unrun.
 struct PostTask {
     f: extern "C" fn(*mut c_void),
-    hook: Hook,
+    arg: UserData,
 }
 
 impl PostTask {
     fn run(self) {
-        (self.f)(self.hook.userdata);
+        (self.f)(self.arg.ptr());
     }
 }
 
@@ -559,15 +539,10 @@ pub extern "C" fn eventq_source_remove(src: *const eventq_source) -> c_int {
 #[no_mangle]
 pub extern "C" fn eventq_source_free(src: *mut eventq_source) {
     boundary!((), {
-        if src.is_null() {
-            return;
-        }
         if let Ok((lp, id)) = source_ref(src) {
             let _ = lp.remove(id);
         }
-        // SAFETY: src came from Arc::into_raw in an add call whose `out`
-        // took this reference, released once here.
-        drop(unsafe { Arc::from_raw(src.cast_const()) });
+        free(src.cast_const());
     })
 }
 

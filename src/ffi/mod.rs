@@ -1,10 +1,12 @@
 //! The C ABI. The only place besides `sys` with `unsafe`, and the only place
 //! with `#[no_mangle]` and raw pointers.
 //!
-//! Every export runs its body inside [`boundary!`]: arguments are checked
-//! first and fail with `-EINVAL`, and a panic is caught and returned as
-//! `-ENOTRECOVERABLE` instead of unwinding into C. Out-parameters are written
-//! only on success.
+//! Every export runs its body inside [`boundary!`], checks each argument
+//! first with one [`require!`] line (`-EINVAL`, as sd-event's
+//! `assert_return`), and reaches its objects through the [`Handle`]
+//! functions: `borrow` a handle, `give` a new one through an out-pointer
+//! (written only on success), `free` it. A panic is caught and returned as
+//! `-ENOTRECOVERABLE` instead of unwinding into C.
 
 #![allow(non_camel_case_types)]
 // Exports are called from C, where an `unsafe` marker on the Rust side means
@@ -12,8 +14,10 @@
 // derefs sit in `unsafe` blocks with their SAFETY lines.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
-use std::ffi::{c_char, c_int, CStr};
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::Arc;
 use std::time::Duration;
+use std::{mem, ptr, slice};
 
 use crate::chan::Wait;
 use crate::error::Error;
@@ -34,6 +38,20 @@ macro_rules! boundary {
     };
 }
 pub(crate) use boundary;
+
+/// Returns `$code` from the export unless `$cond` holds: one line per
+/// precondition, at the top of the export.
+macro_rules! require {
+    ($cond:expr, $code:expr) => {
+        if !$cond {
+            return $code;
+        }
+    };
+    ($cond:expr) => {
+        require!($cond, -::libc::EINVAL)
+    };
+}
+pub(crate) use require;
 
 /// Evaluates a `Result<T, c_int>`, returning the negative code from the
 /// export on `Err`.
@@ -82,6 +100,148 @@ pub(crate) fn put<T>(out: *mut T, v: T) {
     unsafe { out.write(v) }
 }
 
+/// Reads a struct the caller sized (`size`: its `sizeof` as the caller's
+/// header had it) into `into`, which holds the defaults: an older, smaller
+/// struct leaves the fields it lacks at their defaults, and nothing past
+/// `size` is read; a newer, larger one must have zeros in the fields this
+/// library does not know (-E2BIG otherwise: it asked for something this
+/// version cannot do). -EINVAL if `size` is below `min`.
+pub(crate) fn read_sized<T>(src: *const T, size: usize, min: usize, into: &mut T) -> c_int {
+    require!(size >= min);
+    let known = mem::size_of::<T>();
+    // SAFETY: src points to `size` readable bytes (the caller's struct, as
+    // the header requires); bytes are copied into a valid T of plain data
+    // fields (integers, raw pointers, optional fn pointers) of which any
+    // non-null value is valid.
+    unsafe {
+        let bytes = slice::from_raw_parts(src.cast::<u8>(), size);
+        if bytes.len() > known && bytes[known..].iter().any(|&b| b != 0) {
+            return -libc::E2BIG;
+        }
+        ptr::copy_nonoverlapping(
+            bytes.as_ptr(),
+            (into as *mut T).cast::<u8>(),
+            size.min(known),
+        );
+    }
+    0
+}
+
+/// Writes `v` to a struct the caller sized: the first `size` bytes only,
+/// so an older caller's smaller struct is not overrun, and zeros in the
+/// fields of a newer caller's larger struct that this library does not
+/// know. -EINVAL if `size` is below `min`.
+pub(crate) fn write_sized<T>(dst: *mut T, size: usize, min: usize, v: &T) -> c_int {
+    require!(size >= min);
+    let known = mem::size_of::<T>();
+    // SAFETY: dst points to `size` writable bytes (the caller's struct);
+    // v's bytes are plain data without padding (checked where the structs
+    // are defined).
+    unsafe {
+        let out = dst.cast::<u8>();
+        ptr::copy_nonoverlapping((v as *const T).cast::<u8>(), out, size.min(known));
+        if size > known {
+            ptr::write_bytes(out.add(known), 0, size - known);
+        }
+    }
+    0
+}
+
+/// An opaque object handed to C as a pointer. `Box` handles have one
+/// owner and are freed once; `Arc` handles (`SHARED`) are reference-counted,
+/// each reference freed once.
+pub(crate) trait Handle: Sized {
+    const SHARED: bool = false;
+}
+
+/// The object behind a handle, for the length of the call; -EINVAL for NULL.
+pub(crate) fn borrow<'a, H: Handle>(p: *const H) -> Result<&'a H, c_int> {
+    // SAFETY: a non-NULL handle is one this library made with `give` or
+    // `into_raw` and the caller has not freed, as the header requires (or
+    // a callback's own handle, valid during the callback).
+    unsafe { p.as_ref() }.ok_or(-libc::EINVAL)
+}
+
+/// A new handle owning `v`.
+pub(crate) fn into_raw<H: Handle>(v: H) -> *mut H {
+    if H::SHARED {
+        Arc::into_raw(Arc::new(v)).cast_mut()
+    } else {
+        Box::into_raw(Box::new(v))
+    }
+}
+
+/// Makes a handle of `v` and writes it to `out` (checked non-NULL by the
+/// caller); returns 0, the export's success.
+pub(crate) fn give<H: Handle>(out: *mut *mut H, v: H) -> c_int {
+    put(out, into_raw(v));
+    0
+}
+
+/// Another reference to a shared handle, freed separately.
+pub(crate) fn share<H: Handle>(p: *const H) {
+    debug_assert!(H::SHARED);
+    // SAFETY: p is a live handle made by `into_raw` of a shared type.
+    unsafe { Arc::increment_strong_count(p) }
+}
+
+/// Takes back a `Box` handle; None for NULL.
+pub(crate) fn take<H: Handle>(p: *mut H) -> Option<Box<H>> {
+    debug_assert!(!H::SHARED);
+    // SAFETY: a non-NULL p came from `into_raw` (a Box) and is freed once,
+    // here, as the header requires.
+    (!p.is_null()).then(|| unsafe { Box::from_raw(p) })
+}
+
+/// Frees a handle (one reference of a shared one); NULL is a no-op.
+pub(crate) fn free<H: Handle>(p: *const H) {
+    if p.is_null() {
+        return;
+    }
+    if H::SHARED {
+        // SAFETY: p came from `into_raw` or `share` and this reference is
+        // released once, here.
+        drop(unsafe { Arc::from_raw(p) });
+    } else {
+        drop(take(p.cast_mut()));
+    }
+}
+
+/// Runs when a caller's pointer is released: the `destroy` argument of the
+/// add and post calls.
+pub type eventq_destroy_fn = Option<extern "C" fn(userdata: *mut c_void)>;
+
+/// A caller's pointer handed over with its destroy hook, which runs exactly
+/// once, when this is dropped: the one rule for userdata on every path,
+/// failure included, so no caller leaks it or frees it twice.
+pub(crate) struct UserData {
+    ptr: *mut c_void,
+    destroy: eventq_destroy_fn,
+}
+
+// SAFETY: the header documents on which thread callbacks and destroy hooks
+// run (the loop's, or the one that removes the source or frees the loop),
+// so the caller vouches that the pointer may move there.
+unsafe impl Send for UserData {}
+
+impl UserData {
+    pub(crate) fn new(ptr: *mut c_void, destroy: eventq_destroy_fn) -> UserData {
+        UserData { ptr, destroy }
+    }
+
+    pub(crate) fn ptr(&self) -> *mut c_void {
+        self.ptr
+    }
+}
+
+impl Drop for UserData {
+    fn drop(&mut self) {
+        if let Some(destroy) = self.destroy {
+            destroy(self.ptr);
+        }
+    }
+}
+
 /// A count returned as `int`.
 pub(crate) fn int_count(n: usize) -> c_int {
     c_int::try_from(n).unwrap_or(c_int::MAX)
@@ -117,7 +277,7 @@ pub extern "C" fn eventq_version() -> u32 {
     VERSION
 }
 
-/// The library's version as a string, e.g. "0.1.0". Static storage.
+/// The library's version as a string, e.g. "0.2.0". Static storage.
 ///
 /// Thread safety: any thread.
 #[no_mangle]
@@ -144,6 +304,10 @@ const MESSAGES: &[(c_int, &CStr)] = &[
     ),
     (libc::EINVAL, c"invalid argument"),
     (libc::ENOMEM, c"out of memory"),
+    (
+        libc::E2BIG,
+        c"a struct sets fields this version of libeventq does not know (built against a newer header)",
+    ),
     (libc::EMFILE, c"too many open files in this process"),
     (libc::ENFILE, c"too many open files in the system"),
     (libc::EBADF, c"bad file descriptor"),

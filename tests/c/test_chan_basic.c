@@ -17,7 +17,7 @@ static eventq_chan *new_chan(size_t capacity, size_t low_water, size_t max_bytes
 {
     eventq_chan_opts o;
     eventq_chan *ch = NULL;
-    REQUIRE("opts_init", eventq_chan_opts_init(&o) == 0);
+    REQUIRE("opts_init", eventq_chan_opts_init(&o, sizeof o) == 0);
     o.capacity = capacity;
     o.low_water = low_water;
     o.max_bytes = max_bytes;
@@ -31,7 +31,7 @@ static eventq_chan_stats stats_of(const eventq_chan *ch)
 {
     eventq_chan_stats s;
     memset(&s, 0xa5, sizeof s);
-    int rc = eventq_chan_get_stats(ch, &s);
+    int rc = eventq_chan_get_stats(ch, &s, sizeof s);
     REQUIRE("stats", rc == 0);
     return s;
 }
@@ -68,7 +68,7 @@ static void test_defaults_and_fds(void)
 {
     eventq_chan_opts o;
     memset(&o, 0x5a, sizeof o);
-    CHECK_INT("opts_init returns 0", eventq_chan_opts_init(&o), 0);
+    CHECK_INT("opts_init returns 0", eventq_chan_opts_init(&o, sizeof o), 0);
     CHECK_U64("opts_init capacity", o.capacity, EVENTQ_DEFAULT_CAPACITY);
     CHECK_U64("opts_init max_bytes", o.max_bytes, 0);
     CHECK_U64("opts_init max_msg_size", o.max_msg_size, 0);
@@ -638,7 +638,7 @@ static eventq_chan *new_drop_chan(struct drop_log *log)
 {
     eventq_chan_opts o;
     eventq_chan *ch = NULL;
-    eventq_chan_opts_init(&o);
+    eventq_chan_opts_init(&o, sizeof o);
     o.capacity = 8;
     o.drop_fn = on_drop;
     o.drop_userdata = log;
@@ -661,12 +661,12 @@ static void test_free(void)
     eventq_chan_stats st;
     memset(&st, 0x77, sizeof st);
     eventq_chan_stats sentinel = st;
-    CHECK_INT("free_final with another handle alive: 0", eventq_chan_free_final(ch, &st), 0);
+    CHECK_INT("free_final with another handle alive: 0", eventq_chan_free_final(ch, &st, sizeof st), 0);
     CHECK("free_final 0 leaves *out alone", memcmp(&st, &sentinel, sizeof st) == 0);
     CHECK_INT("free_final 0: drop_fn not run", log.calls, 0);
     CHECK_U64("channel alive through the other handle", stats_of(h2).pending, 3);
 
-    CHECK_INT("free_final on last handle: 1", eventq_chan_free_final(h2, &st), 1);
+    CHECK_INT("free_final on last handle: 1", eventq_chan_free_final(h2, &st, sizeof st), 1);
     CHECK_U64("free_final: dropped == messages left", st.dropped, 3);
     CHECK("free_final: final counters",
           st.sent == 4 && st.received == 1 && st.pending == 0 && st.pending_bytes == 0 &&
@@ -692,13 +692,13 @@ static void test_free(void)
     ch = new_drop_chan(&log3);
     CHECK_INT("send one", send_str(ch, "x", T0), 0);
     expect_recv(ch, "x", "recv it");
-    CHECK_INT("free_final of drained channel: 1", eventq_chan_free_final(ch, &st), 1);
+    CHECK_INT("free_final of drained channel: 1", eventq_chan_free_final(ch, &st, sizeof st), 1);
     CHECK("drained: dropped 0, drop_fn not run", st.dropped == 0 && log3.calls == 0);
 
     /* Without drop_fn: still counted. */
     ch = new_chan(8, EVENTQ_LOW_WATER_DEFAULT, 0, 0);
     fill(ch, 5, "n");
-    CHECK_INT("free_final without drop_fn: 1", eventq_chan_free_final(ch, &st), 1);
+    CHECK_INT("free_final without drop_fn: 1", eventq_chan_free_final(ch, &st, sizeof st), 1);
     CHECK_U64("free_final without drop_fn: dropped 5", st.dropped, 5);
 
     /* NULL is a no-op. */

@@ -195,7 +195,7 @@ static int run_round(int round, int batches, long close_at)
     r.batches = batches;
     r.close_at = close_at;
     struct eventq_chan_opts o;
-    eventq_chan_opts_init(&o);
+    eventq_chan_opts_init(&o, sizeof o);
     o.capacity = CAPACITY;
     REQUIRE("edge: channel", eventq_chan_new(&o, &r.chan) == 0);
 

@@ -36,7 +36,7 @@ static void saw(int rc)
 static void bad(const char *name, int rc, int want, const eventq_chan *ch)
 {
     eventq_chan_stats s;
-    int src = eventq_chan_get_stats(ch, &s);
+    int src = eventq_chan_get_stats(ch, &s, sizeof s);
     int held = src == 0 && s.pending == HELD_MSGS && s.pending_bytes == HELD_BYTES &&
                s.sent == HELD_MSGS && s.received == 0 && s.closed == 0;
     saw(rc);
@@ -66,7 +66,7 @@ static void huge_len_in_child(const char *name, const eventq_chan *ch, int batch
         eventq_buf b[1] = { { &one, len } };
         int rc = batch ? eventq_chan_send_batch(ch, b, 1, 0) : eventq_chan_send(ch, &one, len, 0);
         eventq_chan_stats s;
-        int held = eventq_chan_get_stats(ch, &s) == 0 && s.pending == HELD_MSGS;
+        int held = eventq_chan_get_stats(ch, &s, sizeof s) == 0 && s.pending == HELD_MSGS;
         _exit(rc == -EMSGSIZE && held ? 0 : rc < 0 && rc > -120 ? -rc : 120);
     }
     int status = 0;
@@ -85,7 +85,7 @@ static eventq_chan *held_chan(void)
 {
     eventq_chan_opts o;
     eventq_chan *ch = NULL;
-    eventq_chan_opts_init(&o);
+    eventq_chan_opts_init(&o, sizeof o);
     o.capacity = 4;
     o.max_msg_size = 16;
     REQUIRE("chan_new", eventq_chan_new(&o, &ch) == 0);
@@ -101,11 +101,11 @@ static void test_bad_creation(void)
     eventq_chan *out;
     int rc;
 
-    rc = eventq_chan_opts_init(NULL);
+    rc = eventq_chan_opts_init(NULL, sizeof(struct eventq_chan_opts));
     saw(rc);
     CHECK_INT("opts_init(NULL): -EINVAL", rc, -EINVAL);
 
-    eventq_chan_opts_init(&o);
+    eventq_chan_opts_init(&o, sizeof o);
     rc = eventq_chan_new(&o, NULL);
     saw(rc);
     CHECK_INT("new(opts, NULL out): -EINVAL", rc, -EINVAL);
@@ -126,7 +126,7 @@ static void test_bad_creation(void)
         { "new: capacity SIZE_MAX: -EINVAL", SIZE_MAX, EVENTQ_LOW_WATER_DEFAULT, 0, 0 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        eventq_chan_opts_init(&o);
+        eventq_chan_opts_init(&o, sizeof o);
         o.capacity = cases[i].capacity;
         o.low_water = cases[i].low_water;
         o.max_bytes = cases[i].max_bytes;
@@ -151,7 +151,7 @@ static void test_bad_creation(void)
           EVENTQ_LOW_WATER_DEFAULT, 0, (size_t)EVENTQ_DEFAULT_MAX_MSG_SIZE * 2 },
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
-        eventq_chan_opts_init(&o);
+        eventq_chan_opts_init(&o, sizeof o);
         o.capacity = good[i].capacity;
         o.low_water = good[i].low_water;
         o.max_bytes = good[i].max_bytes;
@@ -177,13 +177,13 @@ static void test_bad_calls(void)
     bad("send_fd(NULL): -EINVAL", eventq_chan_send_fd(NULL), -EINVAL, ch);
     bad("close(NULL): -EINVAL", eventq_chan_close(NULL), -EINVAL, ch);
     eventq_chan_stats st;
-    bad("stats(NULL, out): -EINVAL", eventq_chan_get_stats(NULL, &st), -EINVAL, ch);
-    bad("stats(chan, NULL): -EINVAL", eventq_chan_get_stats(ch, NULL), -EINVAL, ch);
+    bad("stats(NULL, out): -EINVAL", eventq_chan_get_stats(NULL, &st, sizeof st), -EINVAL, ch);
+    bad("stats(chan, NULL): -EINVAL", eventq_chan_get_stats(ch, NULL, sizeof(struct eventq_chan_stats)), -EINVAL, ch);
     memset(&st, 0x3c, sizeof st);
     eventq_chan_stats st0 = st;
-    bad("free_final(NULL, out): -EINVAL", eventq_chan_free_final(NULL, &st), -EINVAL, ch);
+    bad("free_final(NULL, out): -EINVAL", eventq_chan_free_final(NULL, &st, sizeof st), -EINVAL, ch);
     CHECK("free_final(NULL, out) leaves *out alone", memcmp(&st, &st0, sizeof st) == 0);
-    bad("free_final(chan, NULL): -EINVAL, nothing freed", eventq_chan_free_final(ch, NULL),
+    bad("free_final(chan, NULL): -EINVAL, nothing freed", eventq_chan_free_final(ch, NULL, sizeof(struct eventq_chan_stats)),
         -EINVAL, ch);
     CHECK("msg_data(NULL) is NULL", eventq_msg_data(NULL) == NULL);
     CHECK("msg_len(NULL) is 0", eventq_msg_len(NULL) == 0);
@@ -289,7 +289,7 @@ static void test_bad_calls(void)
     /* Argument errors still come before state errors. */
     CHECK_INT("send(NULL data, len 3) after close: -EINVAL", eventq_chan_send(ch, NULL, 3, 0),
               -EINVAL);
-    eventq_chan_get_stats(ch, &st);
+    eventq_chan_get_stats(ch, &st, sizeof st);
     CHECK("after refused sends: only gamma pending", st.pending == 1 && st.sent == 3);
     rc = eventq_chan_recv(ch, buf, sizeof buf, &len, 0);
     CHECK("gamma received after close", rc == 0 && len == 5 && memcmp(buf, "gamma", 5) == 0);
@@ -297,7 +297,7 @@ static void test_bad_calls(void)
     CHECK_INT("then end of stream: -EPIPE", rc, -EPIPE);
 
     /* free_final(chan, NULL) freed nothing: the handle is still ours. */
-    CHECK_INT("free_final after the refused one: 1", eventq_chan_free_final(ch, &st), 1);
+    CHECK_INT("free_final after the refused one: 1", eventq_chan_free_final(ch, &st, sizeof st), 1);
     CHECK_U64("final: nothing dropped", st.dropped, 0);
 }
 

@@ -340,7 +340,7 @@ static void run_mpmc(const struct mpmc_cfg *cfg)
 #define NAME(s) (snprintf(name, sizeof name, "%s: %s", cfg->name, (s)), name)
     eventq_chan_opts o;
     eventq_chan *ch = NULL;
-    eventq_chan_opts_init(&o);
+    eventq_chan_opts_init(&o, sizeof o);
     o.capacity = cfg->capacity;
     o.max_bytes = cfg->max_bytes;
     REQUIRE("chan_new", eventq_chan_new(&o, &ch) == 0);
@@ -409,7 +409,7 @@ static void run_mpmc(const struct mpmc_cfg *cfg)
         CHECK_U64(NAME("all messages accepted"), accepted,
                   (uint64_t)cfg->producers * cfg->per_producer);
         eventq_chan_stats s;
-        eventq_chan_get_stats(ch, &s);
+        eventq_chan_get_stats(ch, &s, sizeof s);
         CHECK_U64(NAME("stats.sent after producers joined"), s.sent, accepted);
         CHECK_INT(NAME("close after producers joined"), eventq_chan_close(ch), 0);
     }
@@ -480,7 +480,7 @@ static void run_mpmc(const struct mpmc_cfg *cfg)
     free(all);
 
     eventq_chan_stats s;
-    eventq_chan_get_stats(ch, &s);
+    eventq_chan_get_stats(ch, &s, sizeof s);
     CHECK(NAME("stats: sent == received == accepted, pending 0, closed"),
           s.sent == accepted && s.received == accepted && s.pending == 0 &&
               s.pending_bytes == 0 && s.closed == 1);
@@ -498,7 +498,7 @@ static void run_mpmc(const struct mpmc_cfg *cfg)
     tally_free(&mc->t);
     eventq_chan_stats fin;
     CHECK_INT(NAME("free_final on the last handle: 1, nothing dropped"),
-              eventq_chan_free_final(ch, &fin) == 1 && fin.dropped == 0, 1);
+              eventq_chan_free_final(ch, &fin, sizeof fin) == 1 && fin.dropped == 0, 1);
     free(prod);
     free(cons);
 #undef NAME
@@ -615,7 +615,7 @@ static void test_epoll_consumer(int edge)
         all_seen &= next_seq[i] == N;
     CHECK(NAME("each producer's last sequence seen"), all_seen);
     eventq_chan_stats s;
-    eventq_chan_get_stats(ch, &s);
+    eventq_chan_get_stats(ch, &s, sizeof s);
     CHECK(NAME("stats sent == received"), s.sent == (uint64_t)P * N && s.received == (uint64_t)P * N);
     CHECK(NAME("wake-ups <= doorbell rings + 1 <= messages + 1"),
           c.wakeups <= s.recv_doorbell_rings + 1 + c.spurious && s.recv_doorbell_rings <= s.sent + 1);
@@ -656,7 +656,7 @@ static void *sender_main(void *arg)
 static uint64_t pending_of(const eventq_chan *ch)
 {
     eventq_chan_stats s;
-    if (eventq_chan_get_stats(ch, &s) != 0)
+    if (eventq_chan_get_stats(ch, &s, sizeof s) != 0)
         return UINT64_MAX;
     return s.pending;
 }
@@ -673,7 +673,7 @@ static void test_blocked_sender(void)
 {
     eventq_chan_opts o;
     eventq_chan *ch = NULL;
-    eventq_chan_opts_init(&o);
+    eventq_chan_opts_init(&o, sizeof o);
     o.capacity = 2;
     REQUIRE("chan_new", eventq_chan_new(&o, &ch) == 0);
     CHECK("fill A B", eventq_chan_send(ch, "A", 1, 0) == 0 && eventq_chan_send(ch, "B", 1, 0) == 0);
@@ -758,7 +758,7 @@ static void test_close_wakes_blocked(void)
     enum { R = 4, S = 3 };
     eventq_chan *empty = NULL, *full = NULL;
     eventq_chan_opts o;
-    eventq_chan_opts_init(&o);
+    eventq_chan_opts_init(&o, sizeof o);
     o.capacity = 1;
     REQUIRE("chan_new", eventq_chan_new(&o, &empty) == 0 && eventq_chan_new(&o, &full) == 0);
     CHECK_INT("fill the full channel", eventq_chan_send(full, "queued", 6, 0), 0);
@@ -836,7 +836,7 @@ static void *freer_main(void *arg)
 {
     struct freer *f = arg;
     pthread_barrier_wait(f->start);
-    f->rc = eventq_chan_free_final(f->ch, &f->st);
+    f->rc = eventq_chan_free_final(f->ch, &f->st, sizeof f->st);
     return NULL;
 }
 
@@ -850,7 +850,7 @@ static void test_concurrent_free_final(void)
         atomic_init(&d.bad, 0);
         eventq_chan_opts o;
         eventq_chan *ch = NULL;
-        eventq_chan_opts_init(&o);
+        eventq_chan_opts_init(&o, sizeof o);
         o.drop_fn = count_drop;
         o.drop_userdata = &d;
         REQUIRE("chan_new", eventq_chan_new(&o, &ch) == 0);

@@ -202,7 +202,7 @@ static void free_pending_case(void)
 {
     struct drops d = { .in_order = 1, .right_thread = 1, .thread = pthread_self() };
     eventq_chan_opts o;
-    eventq_chan_opts_init(&o);
+    eventq_chan_opts_init(&o, sizeof o);
     o.drop_fn = on_drop;
     o.drop_userdata = &d;
     eventq_chan *ch;
@@ -219,11 +219,11 @@ static void free_pending_case(void)
     eventq_chan *c2 = eventq_chan_clone(ch);
     eventq_chan_stats st;
     memset(&st, 0xab, sizeof st);
-    CHECK_INT("free_final of a handle that is not the last returns 0", eventq_chan_free_final(ch, &st), 0);
+    CHECK_INT("free_final of a handle that is not the last returns 0", eventq_chan_free_final(ch, &st, sizeof st), 0);
     CHECK("... leaves *out alone", st.sent == 0xababababababababull);
     CHECK_INT("... and drops nothing", d.calls, 0);
     d.next = 30;
-    CHECK_INT("free_final of the last handle returns 1", eventq_chan_free_final(c2, &st), 1);
+    CHECK_INT("free_final of the last handle returns 1", eventq_chan_free_final(c2, &st, sizeof st), 1);
     CHECK_U64("dropped counts the 70 pending messages", st.dropped, 70);
     CHECK("sent 100, received 30, pending 0 at the end",
           st.sent == 100 && st.received == 30 && st.pending == 0);
@@ -242,7 +242,7 @@ static void free_pending_case(void)
     for (uint32_t i = 0; i < 5; i++)
         REQUIRE("send", eventq_chan_send(ch, buf, make_tag(buf, 0, i), 0) == 0);
     eventq_chan_close(ch);
-    CHECK_INT("closed channel: free_final returns 1", eventq_chan_free_final(ch, &st), 1);
+    CHECK_INT("closed channel: free_final returns 1", eventq_chan_free_final(ch, &st, sizeof st), 1);
     CHECK("closed channel: 5 dropped, hook ran 5 times in order",
           st.dropped == 5 && d2.calls == 5 && d2.in_order && st.closed == 1);
 
@@ -275,7 +275,7 @@ static void free_pending_case(void)
 static void close_blocked_senders_case(void)
 {
     eventq_chan_opts o;
-    eventq_chan_opts_init(&o);
+    eventq_chan_opts_init(&o, sizeof o);
     o.capacity = 3;
     eventq_chan *ch;
     REQUIRE("chan_new", eventq_chan_new(&o, &ch) == 0);
@@ -303,7 +303,7 @@ static void close_blocked_senders_case(void)
     CHECK("both fds readable after close",
           fd_readable(eventq_chan_recv_fd(ch)) == 1 && fd_readable(eventq_chan_send_fd(ch)) == 1);
     eventq_chan_stats st;
-    eventq_chan_get_stats(ch, &st);
+    eventq_chan_get_stats(ch, &st, sizeof st);
     CHECK("counters: sent 3, received 3", st.sent == 3 && st.received == 3 && st.pending == 0);
     eventq_chan_free(ch);
 }
@@ -411,7 +411,7 @@ static void close_race_case(uint64_t close_at, int capacity)
     struct ledger *l = &g_ledger;
     memset(l, 0, sizeof *l);
     eventq_chan_opts o;
-    eventq_chan_opts_init(&o);
+    eventq_chan_opts_init(&o, sizeof o);
     o.capacity = (size_t)capacity;
     eventq_chan *ch;
     REQUIRE("chan_new", eventq_chan_new(&o, &ch) == 0);
@@ -455,7 +455,7 @@ static void close_race_case(uint64_t close_at, int capacity)
               "missing %llu, bad %lu, rc %d, accepted after -EPIPE %d",
               (unsigned long long)missing, atomic_load(&l->bad), bad, after);
     eventq_chan_stats st;
-    eventq_chan_get_stats(ch, &st);
+    eventq_chan_get_stats(ch, &st, sizeof st);
     snprintf(what, sizeof what, "close after %llu: counters sent = received = accepted (%llu)",
              (unsigned long long)close_at, (unsigned long long)total);
     CHECK(what, st.sent == total && st.received == total && st.pending == 0);
@@ -551,7 +551,7 @@ static void consumer_exit_case(void)
     memset(l, 0, sizeof *l);
     enum { PER = 10000, PRODUCERS = 4, QUITTERS = 4 };
     eventq_chan_opts o;
-    eventq_chan_opts_init(&o);
+    eventq_chan_opts_init(&o, sizeof o);
     o.capacity = 64; /* the sender needs the consumers to make room */
     eventq_chan *ch;
     REQUIRE("chan_new", eventq_chan_new(&o, &ch) == 0);
@@ -623,7 +623,7 @@ static void consumer_exit_case(void)
               !qbad && quit_got == 8000 && lq.got >= 3001, "rc %d, got %llu + loop %llu", qbad,
               (unsigned long long)quit_got, (unsigned long long)lq.got);
     eventq_chan_stats st;
-    eventq_chan_get_stats(ch, &st);
+    eventq_chan_get_stats(ch, &st, sizeof st);
     CHECK("what is left stays queued: pending = sent - received",
           st.pending == st.sent - st.received && st.sent == sent && st.pending > 0);
     CHECK_INT("... and the recv fd is readable", fd_readable(eventq_chan_recv_fd(ch)), 1);

@@ -204,7 +204,7 @@ static void recv_case(const char *name, call_fn fn, int64_t timeout, int batch)
     snprintf(what, sizeof what, "%s: message whole", name);
     CHECK(what, len == sizeof m && memcmp(b.buf, m, sizeof m) == 0);
     eventq_chan_stats st;
-    REQUIRE("stats", eventq_chan_get_stats(ch, &st) == 0);
+    REQUIRE("stats", eventq_chan_get_stats(ch, &st, sizeof st) == 0);
     snprintf(what, sizeof what, "%s: nothing lost or duplicated (sent 1, received 1, pending 0)",
              name);
     CHECK(what, st.sent == 1 && st.received == 1 && st.pending == 0);
@@ -217,7 +217,7 @@ static void send_case(const char *name, call_fn fn, int64_t timeout, int bytes_l
 {
     char what[160];
     eventq_chan_opts o;
-    eventq_chan_opts_init(&o);
+    eventq_chan_opts_init(&o, sizeof o);
     o.capacity = 4;
     if (bytes_limit) {
         o.capacity = 64;
@@ -268,7 +268,7 @@ static void send_case(const char *name, call_fn fn, int64_t timeout, int bytes_l
     snprintf(what, sizeof what, "%s: queued exactly once (then empty)", name);
     CHECK_INT(what, eventq_chan_recv(ch, buf, sizeof buf, &len, 0), -EAGAIN);
     eventq_chan_stats st;
-    REQUIRE("stats", eventq_chan_get_stats(ch, &st) == 0);
+    REQUIRE("stats", eventq_chan_get_stats(ch, &st, sizeof st) == 0);
     CHECK("counters agree: sent = received = 4 + queued",
           st.sent == (uint64_t)(4 + queued) && st.received == st.sent && st.pending == 0);
     eventq_chan_free(ch);

@@ -264,7 +264,7 @@ static void test_producers_run(void)
     struct rx r;
 
     REQUIRE("loop_new", eventq_loop_new(&lp) == 0);
-    eventq_chan_opts_init(&o);
+    eventq_chan_opts_init(&o, sizeof o);
     o.capacity = 64; /* producers block on a full channel */
     REQUIRE("chan_new", eventq_chan_new(&o, &ch) == 0);
     rx_init(&r, lp, NPROD, PER);
@@ -277,7 +277,7 @@ static void test_producers_run(void)
     check_rx("run, 4 producers", &r, PER);
 
     eventq_chan_stats st;
-    REQUIRE("stats", eventq_chan_get_stats(ch, &st) == 0);
+    REQUIRE("stats", eventq_chan_get_stats(ch, &st, sizeof st) == 0);
     CHECK_MSG("run: the channel counted every message received", st.sent == st.received &&
               st.sent == (uint64_t)NPROD * PER && st.pending == 0,
               "sent %llu received %llu pending %llu", (unsigned long long)st.sent,
@@ -309,7 +309,7 @@ static void test_producers_budget(void)
     struct busy b;
 
     REQUIRE("loop_new", eventq_loop_new(&lp) == 0);
-    eventq_chan_opts_init(&o);
+    eventq_chan_opts_init(&o, sizeof o);
     o.capacity = 256;
     REQUIRE("chan_new", eventq_chan_new(&o, &ch) == 0);
     rx_init(&r, lp, NPROD, PER);
@@ -383,7 +383,7 @@ static void test_two_loops_one_channel(void)
     atomic_int alive;
     eventq_chan_opts o;
 
-    eventq_chan_opts_init(&o);
+    eventq_chan_opts_init(&o, sizeof o);
     o.capacity = 128;
     REQUIRE("chan_new", eventq_chan_new(&o, &ch) == 0);
     for (int i = 0; i < 2; i++) {
@@ -601,7 +601,7 @@ static void test_negative_return(void)
               eventq_loop_run_once(lp, 0), 0);
     CHECK_INT("negative return: loop fd idle while disabled", fd_readable(eventq_loop_fd(lp)), 0);
     eventq_chan_stats st;
-    eventq_chan_get_stats(ch, &st);
+    eventq_chan_get_stats(ch, &st, sizeof st);
     CHECK_U64("negative return: nothing lost: 6 still queued", st.pending, 6);
     CHECK_INT("negative return: re-enable", eventq_source_set_enabled(src, 1), 0);
     CHECK_INT("negative return: the rest is delivered", eventq_loop_run_once(lp, 0), 6);
@@ -636,7 +636,7 @@ static void test_source_holds_channel(void)
     eventq_source_free(src);
     eventq_chan_stats st;
     CHECK_INT("own reference: tx is the last handle after remove",
-              eventq_chan_free_final(tx, &st), 1);
+              eventq_chan_free_final(tx, &st, sizeof st), 1);
     eventq_loop_free(lp);
 }
 

@@ -496,7 +496,7 @@ static void test_self_removal(void)
               s.destroyed_in_cb * 10 + atomic_load(&s.destroyed), 1);
     CHECK_INT("self remove, chan: nothing more", eventq_loop_run_once(lp, 0), 0);
     eventq_chan_stats st;
-    eventq_chan_get_stats(ch, &st);
+    eventq_chan_get_stats(ch, &st, sizeof st);
     CHECK_U64("self remove, chan: the other 19 stay queued", st.pending, 19);
     CHECK_INT("self remove, chan: the loop fd is idle", fd_readable(eventq_loop_fd(lp)), 0);
     eventq_loop_free(lp);

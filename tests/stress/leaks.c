@@ -162,7 +162,7 @@ static void channel_life(void)
 {
     uint64_t r = rnd();
     eventq_chan_opts o;
-    eventq_chan_opts_init(&o);
+    eventq_chan_opts_init(&o, sizeof o);
     o.capacity = 1 + r % 64;
     if (r & (1 << 6)) {
         o.drop_fn = on_drop;
@@ -214,13 +214,13 @@ static void channel_life(void)
         if (i < nh - 1) {
             if (r & (1ull << 33)) {
                 eventq_chan_stats st;
-                EXPECT(eventq_chan_free_final(c, &st) == 0, "free_final of a non-last handle");
+                EXPECT(eventq_chan_free_final(c, &st, sizeof st) == 0, "free_final of a non-last handle");
             } else {
                 eventq_chan_free(c);
             }
         } else {
             eventq_chan_stats st;
-            EXPECT(eventq_chan_free_final(c, &st) == 1, "free_final of the last handle");
+            EXPECT(eventq_chan_free_final(c, &st, sizeof st) == 1, "free_final of the last handle");
             dropped_counted += st.dropped;
             dropped_expected += sent - recvd;
         }

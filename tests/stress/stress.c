@@ -577,7 +577,7 @@ static int phase_bare(const char *phase, uint64_t messages, size_t capacity, siz
     struct verifier v;
     verifier_init(&v, messages, (uint32_t)g_producers);
     eventq_chan_opts o;
-    eventq_chan_opts_init(&o);
+    eventq_chan_opts_init(&o, sizeof o);
     o.capacity = capacity;
     o.max_bytes = max_bytes;
     o.max_msg_size = MAX_LEN;
@@ -632,7 +632,7 @@ static int phase_bare(const char *phase, uint64_t messages, size_t capacity, siz
     }
     double secs = now_s() - t0;
     eventq_chan_stats st;
-    int last = eventq_chan_free_final(ch, &st);
+    int last = eventq_chan_free_final(ch, &st, sizeof st);
     char extra[128] = "";
     uint64_t extra_bad = 0;
     if (last != 1) {
@@ -731,7 +731,7 @@ static int phase_loop(void)
     struct verifier v;
     verifier_init(&v, g_messages, (uint32_t)g_producers);
     eventq_chan_opts o;
-    eventq_chan_opts_init(&o);
+    eventq_chan_opts_init(&o, sizeof o);
     o.capacity = 256;
     o.max_bytes = 512 * 1024;
     o.max_msg_size = MAX_LEN;
@@ -811,7 +811,7 @@ static int phase_loop(void)
     }
     eventq_chan_stats st[LOOP_CHANS];
     for (int c = 0; c < LOOP_CHANS; c++) {
-        if (eventq_chan_free_final(ch[c], &st[c]) != 1) {
+        if (eventq_chan_free_final(ch[c], &st[c], sizeof st[c]) != 1) {
             extra_bad++;
             memset(&st[c], 0, sizeof st[c]);
         }

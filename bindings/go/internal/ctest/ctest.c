@@ -273,7 +273,7 @@ int64_t eqt_bench_1p1c(const uint8_t *msg, size_t len, uint64_t n, int batch, si
 	if (batch < 1 || batch > 256)
 		return -EINVAL;
 	eventq_chan_opts o;
-	eventq_chan_opts_init(&o);
+	eventq_chan_opts_init(&o, sizeof o);
 	o.capacity = capacity;
 	eventq_chan *ch;
 	int rc = eventq_chan_new(&o, &ch);
