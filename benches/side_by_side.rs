@@ -475,7 +475,7 @@ impl Transport for EqEpoll {
         };
         EqEpollRx {
             chan: self.chan.clone(),
-            ep: Ep::new(&[self.chan.recv_fd()]),
+            ep: Ep::new(&[self.chan.recv_fd().as_raw_fd()]),
             batch: self.batch,
             buf: vec![0; buf_len],
             lens: vec![0; BATCH],
@@ -1258,7 +1258,7 @@ fn idle_wakeup(kind: Idle, cfg: &Cfg, pacing: Pacing) -> Result<Vec<u64>, String
                 }
             }
             Idle::EqEpoll => {
-                let ep = Ep::new(&[chan.recv_fd()]);
+                let ep = Ep::new(&[chan.recv_fd().as_raw_fd()]);
                 tid.store(gettid(), Ordering::Release);
                 let mut evs = [NO_EVENT; 1];
                 let mut buf = [0u8; 8];
@@ -1384,7 +1384,7 @@ fn ping_pong(kind: PingPong, cfg: &Cfg) -> Result<Vec<u64>, String> {
                     }
                 }
                 PingPong::EqEpoll => {
-                    let ep = Ep::new(&[ab.recv_fd()]);
+                    let ep = Ep::new(&[ab.recv_fd().as_raw_fd()]);
                     loop {
                         ep.wait(&mut evs);
                         loop {
@@ -1408,7 +1408,7 @@ fn ping_pong(kind: PingPong, cfg: &Cfg) -> Result<Vec<u64>, String> {
         })
     };
     let ep_raw = Ep::new(&[ba_e.as_raw_fd()]);
-    let ep_eq = Ep::new(&[ba.recv_fd()]);
+    let ep_eq = Ep::new(&[ba.recv_fd().as_raw_fd()]);
     let mut evs = [NO_EVENT; 1];
     let mut buf = [0u8; 8];
     let mut samples = Vec::with_capacity(cfg.lat_iters);

@@ -31,7 +31,7 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::fmt;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -164,7 +164,7 @@ impl Entry {
         match &self.kind {
             Kind::Fd(fd) => *fd,
             Kind::Timer { tfd, .. } => tfd.as_raw_fd(),
-            Kind::Chan { chan, .. } => chan.recv_fd(),
+            Kind::Chan { chan, .. } => chan.recv_raw_fd(),
             Kind::Signal { sfd, .. } => sfd.as_raw_fd(),
         }
     }
@@ -291,6 +291,35 @@ struct Inner {
 /// An event loop. `Send + Sync`: sources can be added, changed and removed
 /// from any thread, and `stop`/`post` called from any thread, while one
 /// thread runs it.
+///
+/// A channel source calls back once per message, then once at the end of
+/// the stream:
+///
+/// ```
+/// use eventq::{Chan, Event, Loop, Options, Wait};
+///
+/// let lp = Loop::new()?;
+/// let chan = Chan::new(Options::new(16))?;
+/// let mut got = Vec::new();
+/// let (tx, done) = std::sync::mpsc::channel();
+/// lp.add_chan(&chan, move |lp, _id, ev| {
+///     match ev {
+///         Event::Message(m) => got.push(m.to_vec()),
+///         Event::Closed => {
+///             tx.send(std::mem::take(&mut got)).unwrap();
+///             lp.stop();
+///         }
+///         _ => {}
+///     }
+///     Ok(())
+/// })?;
+/// chan.send(b"one", Wait::Never)?;
+/// chan.send(b"two", Wait::Never)?;
+/// chan.close();
+/// lp.run()?;
+/// assert_eq!(done.recv().unwrap(), [b"one".to_vec(), b"two".to_vec()]);
+/// # Ok::<(), eventq::Error>(())
+/// ```
 pub struct Loop {
     inner: Arc<Inner>,
 }
@@ -305,7 +334,9 @@ pub struct LoopHandle {
 
 impl fmt::Debug for Loop {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Loop").field("fd", &self.fd()).finish()
+        f.debug_struct("Loop")
+            .field("fd", &self.inner.epoll.as_raw_fd())
+            .finish()
     }
 }
 
@@ -363,8 +394,8 @@ impl Loop {
     /// The loop's own fd (its epoll fd): readable while some source has
     /// work. Poll it from another loop and call `run_once(Some(ZERO))` when
     /// it is readable to embed this loop there.
-    pub fn fd(&self) -> RawFd {
-        self.inner.epoll.as_raw_fd()
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.inner.epoll.as_fd()
     }
 
     fn entry(&self, kind: Kind, events: u32, callback: Option<Callback>) -> Entry {
@@ -400,7 +431,7 @@ impl Loop {
         if tab.fds.contains(&fd) {
             return Err(Error::Os(std::io::Error::from_raw_os_error(libc::EEXIST)));
         }
-        if fd == self.inner.wake.as_raw_fd() || fd == self.fd() {
+        if fd == self.inner.wake.as_raw_fd() || fd == self.inner.epoll.as_raw_fd() {
             return Err(Error::Invalid("the fd belongs to the loop"));
         }
         if tab.slots.len() >= u32::MAX as usize - 1 && tab.free.is_empty() {
@@ -948,6 +979,7 @@ impl Inner {
 impl LoopHandle {
     /// The loop, while it exists. A `Loop` made here does not own the loop:
     /// dropping it only releases this reference.
+    #[cfg(feature = "capi")]
     pub(crate) fn upgrade(&self) -> Result<Loop> {
         self.inner
             .upgrade()
@@ -979,4 +1011,11 @@ fn check_events(events: u32) -> Result<()> {
         return Err(Error::Invalid("events must include IN, OUT, PRI or RDHUP"));
     }
     Ok(())
+}
+
+impl AsFd for Loop {
+    /// The loop's own fd, as [`Loop::fd`].
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd()
+    }
 }
