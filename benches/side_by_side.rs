@@ -124,6 +124,9 @@ const CAPACITY: usize = 1024;
 const BATCH: usize = 64;
 const STOP: u64 = u64::MAX - 1;
 
+/// `--budget N`: the loop rows' channel-source budget instead of the default.
+static LOOP_BUDGET: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
 struct Cfg {
     smoke: bool,
     /// Messages per throughput configuration (split among producers).
@@ -154,9 +157,14 @@ impl Cfg {
                 "--msgs" => msgs = args.next().and_then(|v| v.parse().ok()),
                 "--filter" => filter = args.next(),
                 "--no-latency" => latency = false,
+                "--budget" => {
+                    if let Some(b) = args.next().and_then(|v| v.parse().ok()) {
+                        let _ = LOOP_BUDGET.set(b);
+                    }
+                }
                 _ => {
                     eprintln!(
-                        "usage: side_by_side [--smoke] [--reps N] [--msgs N] [--filter TEXT] [--no-latency]"
+                        "usage: side_by_side [--smoke] [--reps N] [--msgs N] [--filter TEXT] [--no-latency] [--budget N]"
                     );
                     std::process::exit(2);
                 }
@@ -554,18 +562,22 @@ impl Transport for EqLoop {
         let done = Arc::new(AtomicBool::new(false));
         let out = Arc::new(Mutex::new(None));
         let (done2, out2) = (done.clone(), out.clone());
-        lp.add_chan(&self.chan, move |_, _, ev| {
-            match ev {
-                Event::Message(m) => tally.check(m),
-                Event::Closed => {
-                    *out2.lock().unwrap() = Some(std::mem::take(&mut tally));
-                    done2.store(true, Ordering::Release);
+        let id = lp
+            .add_chan(&self.chan, move |_, _, ev| {
+                match ev {
+                    Event::Message(m) => tally.check(m),
+                    Event::Closed => {
+                        *out2.lock().unwrap() = Some(std::mem::take(&mut tally));
+                        done2.store(true, Ordering::Release);
+                    }
+                    _ => {}
                 }
-                _ => {}
-            }
-            Ok(())
-        })
-        .expect("add_chan");
+                Ok(())
+            })
+            .expect("add_chan");
+        if let Some(&budget) = LOOP_BUDGET.get() {
+            lp.set_budget(id, budget).expect("set_budget");
+        }
         EqLoopRx { lp, done, out }
     }
 

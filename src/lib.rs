@@ -29,3 +29,8 @@ pub mod sys;
 pub use chan::{Chan, Options, Stats, Wait};
 pub use error::{Error, Result};
 pub use event_loop::{Event, Loop, LoopHandle, SourceId};
+
+/// The README's Rust example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;

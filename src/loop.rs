@@ -282,6 +282,10 @@ struct Inner {
     /// How many stops were made: dispatch ends early once it moved since
     /// the iteration began.
     stops: AtomicU64,
+    /// Counts removals and disables of sources, so a channel source's
+    /// dispatch learns with one atomic load per message whether it must
+    /// look at the table (under its lock) before the next callback.
+    disables: AtomicU64,
     /// Channel sources' receive buffer, grown to the largest message seen.
     /// Only the running thread dispatches and it takes the buffer out for
     /// the duration, so the lock is never contended.
@@ -379,6 +383,7 @@ impl Loop {
             wake,
             stop: AtomicBool::new(false),
             stops: AtomicU64::new(0),
+            disables: AtomicU64::new(0),
             scratch: Mutex::new(Vec::new()),
         });
         Ok(Loop { inner })
@@ -562,6 +567,7 @@ impl Loop {
     pub fn remove(&self, id: SourceId) -> Result<()> {
         let mut tab = self.inner.table.lock();
         let entry = tab.take(id).ok_or(Error::Stale)?;
+        self.inner.disables.fetch_add(1, Ordering::Release);
         if entry.registered {
             // The fd may already be closed by its owner; that removed it.
             let _ = self.inner.epoll.delete(entry.fd());
@@ -595,6 +601,9 @@ impl Loop {
         } else if !enabled && entry.registered {
             let _ = self.inner.epoll.delete(fd);
             entry.registered = false;
+        }
+        if !enabled && entry.enabled {
+            self.inner.disables.fetch_add(1, Ordering::Release);
         }
         entry.enabled = enabled;
         Ok(())
@@ -841,6 +850,7 @@ impl Loop {
         tab.running = Some(id);
         drop(tab);
         let mut buf = std::mem::take(&mut *self.inner.scratch.lock());
+        let mut disables = self.inner.disables.load(Ordering::Acquire);
         let mut calls = 0;
         let mut result = Ok(());
         while calls < budget {
@@ -866,8 +876,17 @@ impl Loop {
                 }
                 Err(_) => break,
             }
-            if result.is_err() || !self.is_live(id) || self.stopped(since) {
+            if result.is_err() || self.stopped(since) {
                 break;
+            }
+            // A callback may have removed or disabled this source (or
+            // another thread did): only then is the table worth a look.
+            let now = self.inner.disables.load(Ordering::Acquire);
+            if now != disables {
+                disables = now;
+                if !self.is_live(id) {
+                    break;
+                }
             }
         }
         *self.inner.scratch.lock() = buf;
