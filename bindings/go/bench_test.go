@@ -1,3 +1,5 @@
+//go:build linux
+
 package eventq_test
 
 import (
@@ -6,8 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	eventq "github.com/libeventq/eventq-go"
-	"github.com/libeventq/eventq-go/internal/ctest"
+	eventq "github.com/libeventq/libeventq/bindings/go"
+	"github.com/libeventq/libeventq/bindings/go/internal/ctest"
 )
 
 // Benchmarks: one producer goroutine and one consumer goroutine moving

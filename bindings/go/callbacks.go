@@ -1,3 +1,5 @@
+//go:build linux
+
 package eventq
 
 // The //export trampolines the C shims of loop.go call. A file with

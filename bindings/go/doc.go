@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package eventq is the Go binding of libeventq: per-event message delivery
 // between threads and into event loops, with a Rust core behind a C ABI.
 //

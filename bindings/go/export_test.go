@@ -1,3 +1,5 @@
+//go:build linux
+
 package eventq
 
 // LiveChans is the number of Chan handles not yet freed.

@@ -1,3 +1,5 @@
+//go:build linux
+
 package eventq_test
 
 import (
@@ -9,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	eventq "github.com/libeventq/eventq-go"
+	eventq "github.com/libeventq/libeventq/bindings/go"
 )
 
 // Close inside a callback: once it returns, no callback runs. The channel

@@ -1,3 +1,5 @@
+//go:build linux
+
 package eventq_test
 
 import (
@@ -8,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	eventq "github.com/libeventq/eventq-go"
+	eventq "github.com/libeventq/libeventq/bindings/go"
 )
 
 // Lost wake-ups. A goroutine waiting in Send or Recv polls a dup of the
