@@ -39,6 +39,9 @@ $(error cannot read the package version from Cargo.toml)
 endif
 
 # --- Build outputs -----------------------------------------------------------
+# The C ABI and its header are behind a cargo feature (Rust users of the
+# crate build neither); every cargo build of the C library turns it on.
+CARGO_FEATURES ?= --features capi
 CARGO_TARGET_DIR ?= target
 LIB_SO      = $(BUILD)/lib/libeventq.so
 LIB_A      := $(CARGO_TARGET_DIR)/release/libeventq.a
@@ -59,7 +62,7 @@ TEST_PREFIX  := $(CURDIR)/$(BUILD)/prefix
 TEST_STAMP   := $(TEST_PREFIX)/.installed
 TEST_PC_PATH := $(TEST_PREFIX)/lib/pkgconfig
 # What `make test` runs, in this order (each is a `test-<stage>` target).
-TEST_STAGES  := fmt clippy cargo-test loom header header-std install installed-lib abi \
+TEST_STAGES  := fmt clippy cargo-test rust-user loom header header-std install installed-lib abi \
                 c-tests c-static examples examples-run go bench-smoke
 # The flags every C test and example must compile cleanly with.
 C_STD_FLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread
@@ -103,7 +106,7 @@ all: $(LIB_SO) $(LIB_A)
 
 # cargo decides whether anything is stale; make only re-stats the outputs.
 $(LIB_A): FORCE | need-cargo
-	$(CARGO) build --release
+	$(CARGO) build --release $(CARGO_FEATURES)
 # The shared library is linked here from the static one, with eventq.map,
 # rather than taken from cargo's cdylib: rustc hands the linker an export
 # list of its own (an anonymous version script) that wins over eventq.map,
@@ -116,11 +119,11 @@ $(LIB_SO): $(LIB_A) $(NATIVE_LIBS) eventq.map | need-cc
 
 # Regenerates the committed C header from src/ffi (commit the result).
 header: | need-cargo
-	EVENTQ_UPDATE_HEADER=1 $(CARGO) build
+	EVENTQ_UPDATE_HEADER=1 $(CARGO) build $(CARGO_FEATURES)
 
 # rustc's native-static-libs list, for Libs.private of the static library.
 $(NATIVE_LIBS): Cargo.toml $(wildcard Cargo.lock) build.rs $(RUSTC_VERSION) | need-cargo
-	CARGO="$(CARGO)" scripts/native-static-libs.sh $(NATIVE_LIBS_DIR)/target $@
+	CARGO="$(CARGO)" CARGO_FEATURES="$(CARGO_FEATURES)" scripts/native-static-libs.sh $(NATIVE_LIBS_DIR)/target $@
 
 # Rewritten only when the toolchain changes, so it can trigger the above.
 $(RUSTC_VERSION): FORCE | need-cargo
@@ -316,11 +319,35 @@ test-fmt: | need-cargo
 test-clippy: | need-cargo
 	@$(CARGO) clippy --version >/dev/null 2>&1 || \
 	  { echo "error: clippy is missing (rustup component add clippy)" >&2; exit 1; }
+	$(CARGO) clippy --all-targets $(CARGO_FEATURES) -- -D warnings
 	$(CARGO) clippy --all-targets -- -D warnings
 
 # Stage: Rust unit and integration tests (the unit tests include header drift).
 test-cargo-test: | need-cargo
-	$(CARGO) test
+	$(CARGO) test $(CARGO_FEATURES)
+
+# Stage: the Rust API's documentation builds without a warning (broken
+# links, bad markup); its examples run in stage cargo-test.
+test-doc: | need-cargo
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps
+
+# Stage: the crate as a Rust user gets it. What `cargo package` would ship
+# (no fuzz corpus, C tests or build outputs), and a program outside the
+# repository that depends on it by path builds without cbindgen (the C ABI
+# is a feature it does not turn on) and runs.
+RUST_USER_DIR = $(CURDIR)/$(BUILD)/rust-user
+test-rust-user: | need-cargo
+	@$(CARGO) package --list --allow-dirty > $(BUILD)/package-list.txt
+	@if grep -Ev '^(src/|build\.rs|cbindgen\.toml|README\.md|CHANGELOG\.md|LICENSE-|docs/design\.md|Cargo\.(toml|toml\.orig|lock)$$|\.cargo_vcs_info\.json$$)' \
+	    $(BUILD)/package-list.txt; then echo "error: cargo package would ship the files above" >&2; exit 1; fi
+	@echo "cargo package ships $$(wc -l < $(BUILD)/package-list.txt) files: sources, build script, docs, licences"
+	@dir=$$(mktemp -d /tmp/eventq-rust-user.XXXXXX) && trap 'rm -rf "$$dir"' EXIT && \
+	  mkdir -p "$$dir/src" && cp tests/rust-user/src/main.rs "$$dir/src/" && \
+	  sed 's|@EVENTQ_PATH@|$(CURDIR)|' tests/rust-user/Cargo.toml.in > "$$dir/Cargo.toml" && \
+	  cd "$$dir" && CARGO_TARGET_DIR=$(RUST_USER_DIR)/target $(CARGO) tree -e normal,build > tree.txt && \
+	  if grep -q cbindgen tree.txt; then cat tree.txt; echo "error: a Rust user builds cbindgen" >&2; exit 1; fi && \
+	  echo "a Rust user's dependency tree: $$(grep -c . tree.txt) crates, no cbindgen" && \
+	  CARGO_TARGET_DIR=$(RUST_USER_DIR)/target $(CARGO) run -q
 
 # Stage: loom model checks of the channel's wake-up protocol (tests/loom.rs),
 # built with --cfg loom in a target dir of their own. Optimised: loom runs
@@ -330,7 +357,7 @@ test-loom loom: | need-cargo
 
 # Stage: the committed header equals a fresh generation.
 test-header: | need-cargo
-	CARGO="$(CARGO)" scripts/check-header.sh $(HEADER)
+	CARGO="$(CARGO)" CARGO_FEATURES="$(CARGO_FEATURES)" scripts/check-header.sh $(HEADER)
 
 # Stage: the header compiles and links, warning-free with -pedantic, as
 # every C standard from C99 and every C++ standard from C++11 (the header
@@ -634,7 +661,7 @@ fuzz: $(NATIVE_LIBS) | need-cargo
 	  exit 1; }
 	@rm -f $(FUZZ_DIR).probe
 	CARGO_TARGET_DIR=$(FUZZ_TARGET_DIR) RUSTFLAGS="$(FUZZ_RUSTFLAGS)" \
-	  $(CARGO) rustc --release --lib --crate-type staticlib --target $(FUZZ_TRIPLE)
+	  $(CARGO) rustc --release --lib --crate-type staticlib $(CARGO_FEATURES) --target $(FUZZ_TRIPLE)
 	@mkdir -p $(FUZZ_DIR)/work $(FUZZ_DIR)/artifacts
 	$(CLANG) -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude \
 	  fuzz/fuzz_abi.c $(FUZZ_LIB) $$(cat $(NATIVE_LIBS)) -o $(FUZZ_BIN)
