@@ -521,7 +521,9 @@ bench-go: need-go $(TEST_STAMP)
 # bench above. PEERS_ARGS passes options: --msgs N, --reps N, --filter TEXT.
 # Stage bench-peers-smoke: the same program with tiny counts (--smoke); it
 # fails only if some configuration did not deliver every message exactly
-# once, whole and in order. No timing is ever checked.
+# once, whole and in order. Then --selftest: faults injected into the
+# streams (lost, duplicated, swapped, corrupted, short messages) must each
+# be reported, or the stage fails. No timing is ever checked.
 PEERS_ARGS  ?=
 PEERS_BUILD := $(BUILD)/bench-peers
 PEERS_BIN   := $(PEERS_BUILD)/peers
@@ -541,6 +543,7 @@ bench-peers: $(PEERS_BIN)
 	$(PEERS_BIN) $(PEERS_ARGS)
 test-bench-peers-smoke: $(PEERS_BIN)
 	timeout --kill-after=10 $(C_TEST_TIMEOUT) $(PEERS_BIN) --smoke
+	timeout --kill-after=10 $(C_TEST_TIMEOUT) $(PEERS_BIN) --selftest
 # --- End of peer benchmark section ------------------------------------------
 
 # Removes every build output (cargo's target dir and build/).

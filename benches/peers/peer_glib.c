@@ -1,7 +1,7 @@
 /*
- * GLib: a GAsyncQueue of g_malloc'd message copies (it carries pointers),
- * drained by a custom GSource on the consumer's own GMainContext, run by
- * g_main_loop_run. The source's prepare and check report "ready" while the
+ * GLib: a GAsyncQueue (it carries pointers) of g_malloc'd message copies,
+ * each with its length, drained by a custom GSource on the consumer's own
+ * GMainContext, run by g_main_loop_run. The source's prepare and check report "ready" while the
  * queue is not empty; dispatch pops with g_async_queue_try_pop until it is.
  * A producer pushes under the queue's lock and, when its push made the
  * queue non-empty, calls g_main_context_wakeup so a blocked poll returns
@@ -19,6 +19,12 @@
 #include "peers.h"
 
 struct gq;
+
+/* A queued message: a GAsyncQueue item is a pointer, never NULL. */
+struct gmsg {
+    size_t len;
+    unsigned char data[];
+};
 
 typedef struct {
     GSource base;
@@ -55,9 +61,9 @@ static gboolean q_dispatch(GSource *s, GSourceFunc cb, gpointer ud)
     if (len > g->peak)
         g->peak = len;
     t->wakes++;
-    void *m;
+    struct gmsg *m;
     while ((m = g_async_queue_try_pop(g->q))) {
-        int done = tally_msg(t, m, t->size);
+        int done = tally_msg(t, m->data, m->len);
         g_free(m);
         if (done) {
             g_main_loop_quit(g->loop);
@@ -93,12 +99,12 @@ static void *producer_open(void *st, int p)
     return st;
 }
 
-/* A GAsyncQueue item is a pointer, never NULL: each message is a copy of
- * its bytes (the length is the run's, known to the consumer). */
 static void gsend(void *tx, const void *msg, size_t len)
 {
     struct gq *g = tx;
-    void *m = g_memdup2(msg, len);
+    struct gmsg *m = g_malloc(sizeof *m + len);
+    m->len = len;
+    memcpy(m->data, msg, len);
     g_async_queue_lock(g->q);
     g_async_queue_push_unlocked(g->q, m);
     gboolean was_empty = g_async_queue_length_unlocked(g->q) == 1;

@@ -6,7 +6,8 @@
  * The async callback takes what is queued in one go, as libuv's own thread
  * pool hands back finished work (uv__work_done), and handles it unlocked.
  *
- * - bounded: a ring of CAPACITY message slots (copies); a producer waits
+ * - bounded: a ring of CAPACITY message slots (a copy and its length; the
+ *   slots are the run's message size); a producer waits
  *   on a uv_cond_t while it is full. The callback snapshots the filled
  *   slots under the lock, checks them in place, then releases them under
  *   the lock and wakes waiting producers.
@@ -37,8 +38,9 @@ struct uvq {
     uv_cond_t not_full;
     int bounded;
     size_t size;
-    /* bounded: the ring */
+    /* bounded: the ring, slots of `size` bytes and their lengths */
     unsigned char *ring;
+    size_t *lens;
     size_t head, count;
     int waiting;
     /* unbounded: the list */
@@ -64,7 +66,7 @@ static void bounded_cb(uv_async_t *a)
     /* Slots head..head+n stay ours until released: producers only write
      * slots past head + count. */
     for (size_t i = 0; i < n && !t->done; i++)
-        tally_msg(t, q->ring + ((head + i) % CAPACITY) * q->size, q->size);
+        tally_msg(t, q->ring + ((head + i) % CAPACITY) * q->size, q->lens[(head + i) % CAPACITY]);
     uv_mutex_lock(&q->mu);
     q->head = (q->head + n) % CAPACITY;
     q->count -= n;
@@ -109,8 +111,10 @@ static void *setup(const struct run_info *ri, int bounded)
     q->async.data = q;
     uv_check(uv_mutex_init(&q->mu), "uv_mutex_init");
     uv_check(uv_cond_init(&q->not_full), "uv_cond_init");
-    if (bounded)
+    if (bounded) {
         q->ring = xmalloc((size_t)CAPACITY * ri->size);
+        q->lens = xmalloc(CAPACITY * sizeof *q->lens);
+    }
     return q;
 }
 static void *bounded_setup(const struct run_info *ri) { return setup(ri, 1); }
@@ -125,13 +129,17 @@ static void *producer_open(void *st, int p)
 static void bounded_send(void *tx, const void *msg, size_t len)
 {
     struct uvq *q = tx;
+    if (len > q->size)
+        die("libuv ring: a %zu-byte message in a %zu-byte slot", len, q->size);
     uv_mutex_lock(&q->mu);
     while (q->count == CAPACITY) {
         q->waiting++;
         uv_cond_wait(&q->not_full, &q->mu);
         q->waiting--;
     }
-    memcpy(q->ring + ((q->head + q->count) % CAPACITY) * q->size, msg, len);
+    size_t slot = (q->head + q->count) % CAPACITY;
+    memcpy(q->ring + slot * q->size, msg, len);
+    q->lens[slot] = len;
     q->count++;
     uv_mutex_unlock(&q->mu);
     uv_check(uv_async_send(&q->async), "uv_async_send");
@@ -184,6 +192,7 @@ static void teardown(void *st, char *note, size_t cap)
         free(n);
     }
     free(q->ring);
+    free(q->lens);
     free(q);
 }
 

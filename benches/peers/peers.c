@@ -22,6 +22,9 @@
  *   peers [--smoke] [--msgs N] [--reps N] [--filter TEXT]
  *
  * --smoke: tiny counts, one repetition (make test's bench-peers-smoke).
+ * --selftest: smoke counts, with faults injected into the streams (a lost,
+ * duplicated, swapped, corrupted or short message): fails unless the
+ * check reports every one.
  * --filter: only rows whose "<config> <size> B <label>" contains TEXT.
  */
 #include <errno.h>
@@ -167,6 +170,7 @@ static const struct group GROUPS[] = {{1, 8}, {4, 8}, {1, 1024}, {4, 1024}};
 
 static struct {
     int smoke;
+    int selftest;
     uint64_t msgs;
     int reps;
     const char *filter;
@@ -174,7 +178,7 @@ static struct {
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: peers [--smoke] [--msgs N] [--reps N] [--filter TEXT]\n");
+    fprintf(stderr, "usage: peers [--smoke | --selftest] [--msgs N] [--reps N] [--filter TEXT]\n");
     exit(2);
 }
 
@@ -185,6 +189,8 @@ static void parse_args(int argc, char **argv)
         const char *a = argv[i];
         if (!strcmp(a, "--smoke"))
             cfg.smoke = 1;
+        else if (!strcmp(a, "--selftest"))
+            cfg.selftest = cfg.smoke = 1;
         else if (!strcmp(a, "--msgs") && i + 1 < argc)
             msgs = atoll(argv[++i]);
         else if (!strcmp(a, "--reps") && i + 1 < argc)
@@ -260,10 +266,21 @@ static inline void msg_stamp(struct msgbuf *m, int p, uint64_t seq)
 
 /* --- one run ---------------------------------------------------------------- */
 
+/* --selftest: faults one producer injects into its own stream, which the
+ * consumer's check must report (a checker that sees nothing would let the
+ * smoke stage pass whatever the queues did). */
+enum fault { FAULT_NONE, FAULT_LOSE, FAULT_DUPLICATE, FAULT_REORDER, FAULT_CORRUPT, FAULT_TRUNCATE };
+static const char *const FAULT_NAMES[] = {"none", "lose one message", "duplicate one message",
+                                          "swap two messages", "flip a payload bit",
+                                          "send one byte short"};
+#define NFAULTS 6
+
 struct run {
     const struct peer *peer;
     void *st;
     struct run_info ri;
+    enum fault fault;
+    uint64_t fault_at;
     uint64_t warm;
     const uint64_t *k;
     pthread_barrier_t start, warmed, go;
@@ -281,6 +298,45 @@ static double ts_sec(const struct timespec *t)
     return (double)t->tv_sec + (double)t->tv_nsec / 1e9;
 }
 
+static void send_one(struct run *r, void *tx, struct msgbuf *m, int p, uint64_t seq)
+{
+    msg_stamp(m, p, seq);
+    if (r->fault == FAULT_NONE || p != 0 || seq < r->fault_at || seq > r->fault_at + 1) {
+        r->peer->send(tx, m->d, m->size);
+        return;
+    }
+    int first = seq == r->fault_at;
+    switch (r->fault) {
+    case FAULT_LOSE:
+        if (!first)
+            r->peer->send(tx, m->d, m->size);
+        break;
+    case FAULT_DUPLICATE:
+        r->peer->send(tx, m->d, m->size);
+        if (first)
+            r->peer->send(tx, m->d, m->size);
+        break;
+    case FAULT_REORDER: /* seq+1 goes first, then seq */
+        if (first) {
+            msg_stamp(m, p, seq + 1);
+            r->peer->send(tx, m->d, m->size);
+            msg_stamp(m, p, seq);
+            r->peer->send(tx, m->d, m->size);
+        }
+        break;
+    case FAULT_CORRUPT: /* a payload bit, or a bit of the header at 8 bytes */
+        m->d[m->size >= 24 ? m->size / 2 : 5] ^= first ? 0x10 : 0;
+        r->peer->send(tx, m->d, m->size);
+        m->d[m->size >= 24 ? m->size / 2 : 5] ^= first ? 0x10 : 0;
+        break;
+    case FAULT_TRUNCATE:
+        r->peer->send(tx, m->d, first ? m->size - 1 : m->size);
+        break;
+    case FAULT_NONE:
+        break;
+    }
+}
+
 static void *producer_main(void *arg)
 {
     struct prod_arg *a = arg;
@@ -290,16 +346,12 @@ static void *producer_main(void *arg)
     msg_init(&m, r->ri.size, a->p, r->k);
     void *tx = peer->producer_open(r->st, a->p);
     pthread_barrier_wait(&r->start);
-    for (uint64_t seq = 0; seq < r->warm; seq++) {
-        msg_stamp(&m, a->p, seq);
-        peer->send(tx, m.d, m.size);
-    }
+    for (uint64_t seq = 0; seq < r->warm; seq++)
+        send_one(r, tx, &m, a->p, seq);
     pthread_barrier_wait(&r->warmed);
     pthread_barrier_wait(&r->go);
-    for (uint64_t seq = r->warm; seq < r->ri.per_prod; seq++) {
-        msg_stamp(&m, a->p, seq);
-        peer->send(tx, m.d, m.size);
-    }
+    for (uint64_t seq = r->warm; seq < r->ri.per_prod; seq++)
+        send_one(r, tx, &m, a->p, seq);
     msg_stamp(&m, a->p, SEQ_END);
     peer->send(tx, m.d, m.size);
     if (peer->producer_close)
@@ -380,7 +432,7 @@ static uint64_t ctx_switches(void)
 }
 
 static void run_one(const struct peer *peer, const struct group *g, const char *name,
-                    struct result *res)
+                    enum fault fault, struct result *res)
 {
     struct run *r = xmalloc(sizeof *r);
     memset(r, 0, sizeof *r);
@@ -394,6 +446,8 @@ static void run_one(const struct peer *peer, const struct group *g, const char *
         .smoke = cfg.smoke,
     };
     r->warm = r->ri.per_prod / 10;
+    r->fault = fault;
+    r->fault_at = r->ri.per_prod / 2;
     r->k = checksum_k(g->size);
     r->tally = (struct tally){
         .producers = P,
@@ -588,6 +642,41 @@ static void fmt_ratio(char *buf, size_t cap, double a, double b)
         snprintf(buf, cap, "%.2f", a / b);
 }
 
+/* Every fault through every row of every configuration (smoke counts): each
+ * must be reported as a delivery failure. Returns the exit status. */
+static int selftest(void)
+{
+    int missed = 0, runs = 0;
+    for (int gi = 0; gi < NGROUPS; gi++) {
+        char gname[16];
+        group_name(&GROUPS[gi], gname, sizeof gname);
+        for (int ri = 0; ri < nrows; ri++) {
+            for (int f = 1; f < NFAULTS; f++) {
+                char name[320];
+                snprintf(name, sizeof name, "%s %zu B %s, fault: %s", gname, GROUPS[gi].size,
+                         rows[ri]->label, FAULT_NAMES[f]);
+                if (cfg.filter && !strstr(name, cfg.filter))
+                    continue;
+                struct result res;
+                run_one(rows[ri], &GROUPS[gi], name, (enum fault)f, &res);
+                runs++;
+                if (res.error[0]) {
+                    printf("  caught  %s: %s\n", name, res.error);
+                } else {
+                    printf("  MISSED  %s: delivery reported as correct\n", name);
+                    missed++;
+                }
+            }
+        }
+    }
+    if (missed) {
+        printf("selftest: the check missed %d of %d injected faults\n", missed, runs);
+        return 1;
+    }
+    printf("selftest: the check caught all %d injected faults\n", runs);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     parse_args(argc, argv);
@@ -603,6 +692,8 @@ int main(int argc, char **argv)
     if (pthread_create(&guard, NULL, hang_guard, NULL))
         die("pthread_create failed");
     pthread_detach(guard);
+    if (cfg.selftest)
+        return selftest();
 
     char load_start_s[128], load_end_s[128];
     double load_start = load1(load_start_s, sizeof load_start_s);
@@ -626,7 +717,7 @@ int main(int argc, char **argv)
                 struct result *res = res_at(gi, ri, counts[gi][ri]++);
                 struct timespec a, b;
                 clock_gettime(CLOCK_MONOTONIC, &a);
-                run_one(rows[ri], &GROUPS[gi], name, res);
+                run_one(rows[ri], &GROUPS[gi], name, FAULT_NONE, res);
                 clock_gettime(CLOCK_MONOTONIC, &b);
                 fprintf(stderr, "  %s: %.2f M msg/s, %.2f s%s\n", name, res->rate / 1e6,
                         ts_sec(&b) - ts_sec(&a), res->error[0] ? "  DELIVERY FAILED" : "");
