@@ -378,13 +378,15 @@ static _Atomic(struct tally *) g_tally;
 static char g_name[256];
 static pthread_mutex_t g_name_mu = PTHREAD_MUTEX_INITIALIZER;
 
+/* The guard reads the tally under g_name_mu, so once this returns with t
+ * NULL the previous tally may be freed. */
 static void progress(const char *name, struct tally *t)
 {
     pthread_mutex_lock(&g_name_mu);
     snprintf(g_name, sizeof g_name, "%s", name);
-    pthread_mutex_unlock(&g_name_mu);
     atomic_store(&g_tally, t);
     atomic_fetch_add(&g_phase, 1);
+    pthread_mutex_unlock(&g_name_mu);
 }
 
 static void *hang_guard(void *arg)
@@ -394,9 +396,11 @@ static void *hang_guard(void *arg)
     int still = 0;
     for (;;) {
         sleep(1);
+        pthread_mutex_lock(&g_name_mu);
         uint64_t phase = atomic_load(&g_phase);
         struct tally *t = atomic_load(&g_tally);
         uint64_t seen = t ? atomic_load_explicit(&t->seen, memory_order_relaxed) : 0;
+        pthread_mutex_unlock(&g_name_mu);
         if (phase != last_phase || seen != last_seen) {
             last_phase = phase;
             last_seen = seen;
