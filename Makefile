@@ -515,7 +515,8 @@ bench-go: need-go $(TEST_STAMP)
 # so nng is also found by a compile probe) and against libeventq's C ABI in
 # the test install. 1P1C and 4P1C, 8-byte and 1 KiB messages, one table per
 # configuration, with the libeventq/peer ratios of its epoll and loop rows;
-# a few minutes. A peer library that is missing is left out, and the
+# six to eight minutes on 2 CPUs, most of it nng's rows (tens of microseconds a
+# message here). A peer library that is missing is left out, and the
 # program says so with its apt-get line (.ci/run installs all four).
 # `make bench` runs it too, first (a prerequisite of bench), then the Rust
 # bench above. PEERS_ARGS passes options: --msgs N, --reps N, --filter TEXT.

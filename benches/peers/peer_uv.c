@@ -1,16 +1,16 @@
 /*
  * libuv: a queue under a uv_mutex_t, and a uv_async_t to wake the loop;
  * the consumer runs uv_run on its own uv_loop_t. Producers push, then call
- * uv_async_send (libuv coalesces: a send while one is pending costs a load,
- * so it is called after every push, as libuv's documentation suggests).
+ * uv_async_send after every push, the usual way (libuv coalesces the calls:
+ * one made while a wake-up is pending costs a load, and no syscall).
  * The async callback takes what is queued in one go, as libuv's own thread
  * pool hands back finished work (uv__work_done), and handles it unlocked.
  *
- * - bounded: a ring of CAPACITY message slots (a copy and its length; the
- *   slots are the run's message size); a producer waits
- *   on a uv_cond_t while it is full. The callback snapshots the filled
- *   slots under the lock, checks them in place, then releases them under
- *   the lock and wakes waiting producers.
+ * - bounded: a ring of CAPACITY slots of the run's message size (a copy
+ *   and its length); a producer waits on a uv_cond_t while it is full. The
+ *   callback snapshots the filled slots under the lock, checks them in
+ *   place, then releases them under the lock and wakes waiting producers:
+ *   two lock round trips per wake-up, not per message.
  * - unbounded: a linked list of malloc'd nodes (one per message, the
  *   message copied in); the callback detaches the whole list, checks and
  *   frees each node. Producers never wait: a consumer slower than its
