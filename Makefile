@@ -508,6 +508,45 @@ bench-go: need-go $(TEST_STAMP)
 	cd $(GO_DIR) && $(GO_ENV) $(GO) test -run '^$$' -benchmem $(GO_BENCH_ARGS)
 # --- End of benchmark section -----------------------------------------------
 
+# --- Peer benchmark (C): libeventq against libuv, ZeroMQ, nng and GLib ------
+# `make bench-peers`: benches/peers/*.c, built with $(CC) against the
+# distribution's libuv, ZeroMQ, nng and GLib (found with pkg-config by
+# benches/peers/configure.sh; Debian's libnng-dev has no pkg-config module,
+# so nng is also found by a compile probe) and against libeventq's C ABI in
+# the test install. 1P1C and 4P1C, 8-byte and 1 KiB messages, one table per
+# configuration, with the libeventq/peer ratios of its epoll and loop rows;
+# six to eight minutes on 2 CPUs, most of it nng's rows (tens of microseconds a
+# message here). A peer library that is missing is left out, and the
+# program says so with its apt-get line (.ci/run installs all four).
+# `make bench` runs it too, first (a prerequisite of bench), then the Rust
+# bench above. PEERS_ARGS passes options: --msgs N, --reps N, --filter TEXT.
+# Stage bench-peers-smoke: the same program with tiny counts (--smoke); it
+# fails only if some configuration did not deliver every message exactly
+# once, whole and in order. Then --selftest: faults injected into the
+# streams (lost, duplicated, swapped, corrupted, short messages) must each
+# be reported, or the stage fails. No timing is ever checked.
+PEERS_ARGS  ?=
+PEERS_BUILD := $(BUILD)/bench-peers
+PEERS_BIN   := $(PEERS_BUILD)/peers
+PEERS_SRCS  := $(sort $(wildcard benches/peers/*.c))
+TEST_STAGES += bench-peers-smoke
+.PHONY: bench-peers test-bench-peers-smoke
+bench: bench-peers
+$(PEERS_BUILD)/cflags: FORCE | need-cc need-pkg-config
+	@CC="$(CC)" PKG_CONFIG="$(PKG_CONFIG)" benches/peers/configure.sh $(PEERS_BUILD)
+$(PEERS_BUILD)/libs: $(PEERS_BUILD)/cflags
+$(PEERS_BIN): $(PEERS_SRCS) benches/peers/peers.h $(PEERS_BUILD)/cflags $(PEERS_BUILD)/libs \
+              $(TEST_STAMP) | need-cc need-pkg-config
+	$(CC) $(C_STD_FLAGS) $(CFLAGS) $(call pc_test,--cflags) $$(cat $(PEERS_BUILD)/cflags) \
+	  $(PEERS_SRCS) -o $@ $(call pc_test,--libs) $$(cat $(PEERS_BUILD)/libs) -lm \
+	  $(RPATH_TEST) $(LDFLAGS)
+bench-peers: $(PEERS_BIN)
+	$(PEERS_BIN) $(PEERS_ARGS)
+test-bench-peers-smoke: $(PEERS_BIN)
+	timeout --kill-after=10 $(C_TEST_TIMEOUT) $(PEERS_BIN) --smoke
+	timeout --kill-after=10 $(C_TEST_TIMEOUT) $(PEERS_BIN) --selftest
+# --- End of peer benchmark section ------------------------------------------
+
 # Removes every build output (cargo's target dir and build/).
 clean:
 	rm -rf $(BUILD)

@@ -1,0 +1,189 @@
+/*
+ * bench-peers: libeventq against the C libraries a programmer would pick
+ * instead (libuv, ZeroMQ, nng, GLib), the same work through each.
+ *
+ * This header is the contract between the harness (peers.c) and the peer
+ * files (peer_*.c): the message format, the consumer's check of every
+ * message (the tally), and the operations each row implements.
+ *
+ * Message format, `size` bytes (8, or a multiple of 8 of at least 24):
+ *   word 0      h = producer << 48 | sequence (little endian, as every word)
+ *   (size >= 24)
+ *   word 1      checksum: the sum over every other word i of (w[i] ^ K[i])
+ *   words 2..   a fill that depends on the producer and the position
+ *   last word   h again
+ * Each producer sends sequences 0..per_prod-1, then one end marker
+ * (sequence END). The consumer checks each message as it arrives: length,
+ * header against trailer, checksum, and that the sequence is exactly the
+ * next one of its producer (so a loss, a duplicate or a reordering shows at
+ * the first message it affects); once every producer's end marker is in,
+ * the run is over and every count must be complete.
+ */
+#ifndef BENCH_PEERS_H
+#define BENCH_PEERS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define SEQ_BITS 48
+#define SEQ_MASK ((UINT64_C(1) << SEQ_BITS) - 1)
+#define SEQ_END SEQ_MASK
+/* The capacity of every bounded queue, in messages. */
+#define CAPACITY 1024
+/* Messages per libeventq batch receive. */
+#define BATCH 64
+
+/* What one consumer saw. Written by the consumer thread only, except
+ * `seen`, which the hang guard reads. */
+struct tally {
+    int producers;
+    size_t size;
+    uint64_t per_prod;
+    const uint64_t *k; /* checksum constants, one per word */
+    uint64_t *next;    /* next expected sequence, per producer */
+    int ends;          /* end markers received */
+    int done;          /* every producer's end marker is in */
+    uint64_t bad;
+    char first_bad[256];
+    _Atomic uint64_t seen; /* messages received so far (hang guard) */
+    /* Consumer wake-ups (epoll_wait returns, async callbacks, GSource
+     * dispatches), counted by peers that can; -1 when not counted. */
+    int64_t wakes;
+};
+
+void tally_fail(struct tally *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static inline uint64_t load64(const unsigned char *p)
+{
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w;
+}
+
+/* Checks one received message; returns 1 once the run is complete (every
+ * end marker received), else 0. Peers stop receiving when it returns 1. */
+static inline int tally_msg(struct tally *t, const void *data, size_t len)
+{
+    const unsigned char *d = data;
+    atomic_store_explicit(&t->seen, atomic_load_explicit(&t->seen, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    if (len != t->size) {
+        tally_fail(t, "message of %zu bytes, expected %zu", len, t->size);
+        return t->done;
+    }
+    uint64_t h = load64(d);
+    if (len >= 24) {
+        size_t words = len / 8;
+        uint64_t sum = 0;
+        for (size_t i = 0; i < words; i++)
+            sum += load64(d + 8 * i) ^ t->k[i];
+        uint64_t c = load64(d + 8);
+        sum -= c ^ t->k[1];
+        if (load64(d + len - 8) != h) {
+            tally_fail(t, "message %#llx: header and trailer differ", (unsigned long long)h);
+            return t->done;
+        }
+        if (sum != c) {
+            tally_fail(t, "message %#llx: checksum mismatch (payload corrupted)",
+                       (unsigned long long)h);
+            return t->done;
+        }
+    }
+    uint64_t p = h >> SEQ_BITS, seq = h & SEQ_MASK;
+    if (p >= (uint64_t)t->producers) {
+        tally_fail(t, "message %#llx: no producer %llu", (unsigned long long)h,
+                   (unsigned long long)p);
+        return t->done;
+    }
+    if (seq == SEQ_END) {
+        if (t->next[p] != t->per_prod)
+            tally_fail(t, "producer %llu: end marker after %llu of %llu messages",
+                       (unsigned long long)p, (unsigned long long)t->next[p],
+                       (unsigned long long)t->per_prod);
+        t->next[p] = SEQ_END; /* a second end marker is then out of order */
+        if (++t->ends == t->producers)
+            t->done = 1;
+        return t->done;
+    }
+    if (seq != t->next[p]) {
+        tally_fail(t, "producer %llu: sequence %llu where %llu was due (%s)",
+                   (unsigned long long)p, (unsigned long long)seq,
+                   (unsigned long long)t->next[p],
+                   t->next[p] == SEQ_END ? "after its end marker"
+                   : seq < t->next[p]    ? "duplicate or reordered"
+                                         : "messages lost or reordered");
+        if (t->next[p] != SEQ_END && seq > t->next[p])
+            t->next[p] = seq + 1;
+        return t->done;
+    }
+    t->next[p]++;
+    return t->done;
+}
+
+/* One configuration of one run, as a peer sees it. */
+struct run_info {
+    int producers;
+    size_t size;
+    uint64_t per_prod; /* messages per producer, end marker excluded */
+    int smoke;
+};
+
+/* One row of the tables: how one library (one way of using it) moves the
+ * messages. Every function but consume runs in the thread named. */
+struct peer {
+    const char *label;
+    /* Main thread: the shared state of one run (queues, sockets, loops). */
+    void *(*setup)(const struct run_info *ri);
+    /* Producer thread p: its sending handle (or the state itself). */
+    void *(*producer_open)(void *st, int p);
+    /* Producer thread: sends one message, waiting while the queue is full
+     * (bounded peers); exits the program on any error. */
+    void (*send)(void *tx, const void *msg, size_t len);
+    /* Producer thread, after its end marker was sent. May be NULL. */
+    void (*producer_close)(void *tx);
+    /* Consumer thread: receives, calling tally_msg for each message, until
+     * it returns 1. */
+    void (*consume)(void *st, struct tally *t);
+    /* Main thread, after every thread has been joined: frees everything;
+     * may write a note for the table (capacity, peak depth) into note. */
+    void (*teardown)(void *st, char *note, size_t cap);
+};
+
+/* A library: its rows, its version, and how to install it. */
+struct family {
+    const char *name;
+    const char *(*version)(void);
+    const struct peer *const *rows;
+    int nrows;
+};
+
+/* Prints the error and exits with status 2 (an error of the bench itself
+ * or a library call, as opposed to a delivery failure). */
+void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+void *xmalloc(size_t n);
+/* A new epoll set watching fd for EPOLLIN (| extra). */
+int epoll_for(int fd, uint32_t extra);
+/* One epoll_wait for at most one event, retried on EINTR. */
+void epoll_wait1(int ep);
+
+extern const struct family family_eventq;
+/* The rows the ratios and targets are taken against. */
+extern const struct peer eq_epoll, eq_loop;
+#ifdef PEERS_HAVE_UV
+extern const struct family family_uv;
+extern const struct peer uv_bounded;
+#endif
+#ifdef PEERS_HAVE_ZMQ
+extern const struct family family_zmq;
+#endif
+#ifdef PEERS_HAVE_NNG
+extern const struct family family_nng;
+#endif
+#ifdef PEERS_HAVE_GLIB
+extern const struct family family_glib;
+#endif
+
+#endif /* BENCH_PEERS_H */
