@@ -10,6 +10,7 @@
 //!
 //! - [`chan`]: the channel ([`Chan`]).
 //! - [`event_loop`] (`src/loop.rs`): the epoll loop ([`Loop`]).
+//! - [`memcg`]: memory-pressure watches, a source kind of the loop.
 //! - [`sys`]: the fd wrappers (eventfd, epoll, timerfd, signalfd, poll).
 //! - `ffi`: the C ABI (`include/eventq.h`).
 
@@ -19,6 +20,7 @@ pub mod error;
 pub mod event_loop;
 pub mod ffi;
 pub mod memcg;
+mod source;
 mod sync;
 pub mod sys;
 
