@@ -72,5 +72,5 @@ func eqGoDestroy(h C.uintptr_t) {
 func eqGoMemcg(src *C.eventq_source, ev *C.eventq_memcg_event, h C.uintptr_t) C.int {
 	s := cgo.Handle(h).Value().(*Source)
 	e := memcgEventOf(ev)
-	return s.call(src, func() error { return s.memcgCall(e) })
+	return s.call(src, func() error { return s.memcgFn(s, e) })
 }
