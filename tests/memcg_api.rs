@@ -394,3 +394,38 @@ fn removed_sources_close_their_fds() {
     }
     assert!(count_fds() < before + 100, "fds leaked by removed sources");
 }
+
+/// A watch is usable without the loop: poll its fd for its interest and
+/// read it on each wake-up (here a counters watch seeing its cgroup go).
+#[test]
+fn a_watch_can_be_polled_by_another_loop() {
+    let Some(own) = own() else { return };
+    let Some(v2) = own.v2_dir() else {
+        return say("SKIP: cgroup2 is not mounted");
+    };
+    let child = match TempCgroup::new(v2) {
+        Ok(c) => c,
+        Err(why) => return say(&format!("SKIP: {why}")),
+    };
+    let mut w = Watch::counters(&Cgroup::at(&child.0).unwrap(), "cgroup.events").unwrap();
+    assert_eq!(w.interest(), events::IN);
+    assert!(w.spec().ends_with("/cgroup.events"), "{}", w.spec());
+    let poll = |w: &Watch, timeout| eventq::sys::poll_fd(w.fd(), libc::POLLIN, Some(timeout));
+    assert_eq!(poll(&w, Duration::ZERO).unwrap(), 0, "nothing happened yet");
+    fs::remove_dir(&child.0).unwrap();
+    assert_ne!(
+        poll(&w, HANG_GUARD).unwrap(),
+        0,
+        "no wake-up for the removal"
+    );
+    assert_eq!(
+        w.read(events::IN).unwrap(),
+        Some(MemEvent::Removed { count: 0 })
+    );
+    assert!(w.is_removed());
+    assert_eq!(
+        w.read(events::IN).unwrap(),
+        None,
+        "nothing after the removal"
+    );
+}
