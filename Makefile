@@ -1,6 +1,6 @@
 # libeventq: build, install and test the Rust core, its C ABI and bindings.
 #
-#   make                 release build (target/release/libeventq.{so,a})
+#   make                 release build (build/lib/libeventq.so, target/release/libeventq.a)
 #   make test            every check, in order, stopping at the first failure
 #   make demo            the seed's scenario, bare eventfd versus libeventq
 #   make install PREFIX=/usr/local DESTDIR=
@@ -33,7 +33,7 @@ endif
 
 # --- Build outputs -----------------------------------------------------------
 CARGO_TARGET_DIR ?= target
-LIB_SO     := $(CARGO_TARGET_DIR)/release/libeventq.so
+LIB_SO      = $(BUILD)/lib/libeventq.so
 LIB_A      := $(CARGO_TARGET_DIR)/release/libeventq.a
 HEADER     := include/eventq.h
 SONAME     := libeventq.so.$(VERSION_MAJOR)
@@ -52,7 +52,7 @@ TEST_PREFIX  := $(CURDIR)/$(BUILD)/prefix
 TEST_STAMP   := $(TEST_PREFIX)/.installed
 TEST_PC_PATH := $(TEST_PREFIX)/lib/pkgconfig
 # What `make test` runs, in this order (each is a `test-<stage>` target).
-TEST_STAGES  := fmt clippy cargo-test loom header install installed-lib \
+TEST_STAGES  := fmt clippy cargo-test loom header header-std install installed-lib abi \
                 c-tests c-static examples examples-run go bench-smoke
 # The flags every C test and example must compile cleanly with.
 C_STD_FLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread
@@ -86,7 +86,7 @@ skip = @echo "skipped: $(1)"; mkdir -p $(BUILD)/stages && touch $(BUILD)/stages/
 pc_test = $$(PKG_CONFIG_PATH=$(TEST_PC_PATH) $(PKG_CONFIG) $(1) eventq)
 RPATH_TEST := -Wl,-rpath,$(TEST_PREFIX)/lib
 
-.PHONY: all header install test demo clean loom FORCE \
+.PHONY: all header install test demo clean loom FORCE abi-check abi-baseline \
         need-cargo need-cc need-pkg-config need-go install-test-prefix \
         $(addprefix test-,$(TEST_STAGES))
 .DELETE_ON_ERROR:
@@ -95,10 +95,17 @@ RPATH_TEST := -Wl,-rpath,$(TEST_PREFIX)/lib
 all: $(LIB_SO) $(LIB_A)
 
 # cargo decides whether anything is stale; make only re-stats the outputs.
-$(LIB_SO): FORCE | need-cargo
+$(LIB_A): FORCE | need-cargo
 	$(CARGO) build --release
-$(LIB_A): $(LIB_SO)
-	@:
+# The shared library is linked here from the static one, with eventq.map,
+# rather than taken from cargo's cdylib: rustc hands the linker an export
+# list of its own (an anonymous version script) that wins over eventq.map,
+# so cargo's cdylib has no symbol versions.
+$(LIB_SO): $(LIB_A) $(NATIVE_LIBS) eventq.map | need-cc
+	@mkdir -p $(@D)
+	$(CC) -shared -o $@ -Wl,--whole-archive $(LIB_A) -Wl,--no-whole-archive \
+	  $$(cat $(NATIVE_LIBS)) -Wl,-soname,$(SONAME) -Wl,--version-script=eventq.map \
+	  -Wl,--gc-sections -Wl,-z,relro -Wl,-z,now
 
 # Regenerates the committed C header from src/ffi (commit the result).
 header: | need-cargo
@@ -164,6 +171,37 @@ test-loom loom: | need-cargo
 # Stage: the committed header equals a fresh generation.
 test-header: | need-cargo
 	CARGO="$(CARGO)" scripts/check-header.sh $(HEADER)
+
+# Stage: the header compiles and links, warning-free with -pedantic, as
+# every C standard from C99 and every C++ standard from C++11 (the header
+# states this minimum).
+HEADER_C_STDS   := c99 c11 c17
+HEADER_CXX_STDS := c++11 c++14 c++17 c++20 c++23
+CXX ?= c++
+test-header-std: $(TEST_STAMP) | need-cc
+	$(call need,$(CXX),install a C++ compiler (Debian: apt-get install g++) to check the header as C++)
+	@mkdir -p $(BUILD)/header-std
+	@printf '#include <eventq.h>\nint main(void) { struct eventq_chan *c = 0; int rc = eventq_chan_new(0, &c); eventq_chan_free(c); return rc == 0 && eventq_version() == EVENTQ_VERSION ? 0 : 1; }\n' \
+	  > $(BUILD)/header-std/use.c
+	@set -e; for std in $(HEADER_C_STDS); do \
+	  $(CC) -std=$$std -Wall -Wextra -Werror -pedantic $(call pc_test,--cflags) \
+	    $(BUILD)/header-std/use.c -o $(BUILD)/header-std/$$std $(call pc_test,--libs) $(RPATH_TEST); \
+	  $(BUILD)/header-std/$$std; echo "  ok    $$std"; done
+	@set -e; for std in $(HEADER_CXX_STDS); do \
+	  $(CXX) -std=$$std -Wall -Wextra -Werror -pedantic $(call pc_test,--cflags) -x c++ \
+	    $(BUILD)/header-std/use.c -o $(BUILD)/header-std/$$std $(call pc_test,--libs) $(RPATH_TEST); \
+	  $(BUILD)/header-std/$$std; echo "  ok    $$std"; done
+
+# Stage: the ABI against the baseline in abi/ (scripts/abi-check.sh says
+# how), then the check itself on deliberately broken ABIs. abidiff comes
+# from libabigail (Debian: abigail-tools; .ci/run installs it).
+ABI_CHECK = CC="$(CC)" scripts/abi-check.sh $(1) $(LIB_SO) $(HEADER) abi eventq.map $(BUILD)/abi
+test-abi abi-check: $(LIB_SO)
+	$(call ABI_CHECK,check)
+	$(call ABI_CHECK,selftest)
+# A new baseline, at a release that changed the ABI compatibly (commit abi/).
+abi-baseline: $(LIB_SO)
+	$(call ABI_CHECK,update)
 
 # Stage: install into build/prefix through the install target.
 test-install: install-test-prefix

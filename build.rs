@@ -19,16 +19,13 @@ fn main() {
     // cbindgen reads the whole crate, not just src/ffi.
     println!("cargo:rerun-if-changed=src");
     println!("cargo:rerun-if-changed=cbindgen.toml");
-    println!("cargo:rerun-if-changed=eventq.map");
     println!("cargo:rerun-if-env-changed=EVENTQ_UPDATE_HEADER");
 
     // The soname carries the major version only: minor releases stay ABI
-    // compatible. The version script keeps every non-`eventq_*` symbol local.
+    // compatible. The library that is installed is linked by the Makefile
+    // from the static one with eventq.map (symbol versions); rustc's own
+    // export list would override the map in this cdylib.
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libeventq.so.{major}");
-    println!(
-        "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
-        crate_dir.join("eventq.map").display()
-    );
 
     let mut config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml"))
         .expect("cbindgen.toml is readable and valid");

@@ -1,6 +1,9 @@
 /*
  * libeventq: per-event message delivery between threads and into event loops.
  *
+ * Needs C99 or later, or C++11 or later; it compiles warning-free with
+ * -Wall -Wextra -pedantic as each. Link with `pkg-config --libs eventq`.
+ *
  * Conventions (see docs/design.md):
  *  - Fallible functions return int: 0 (or a count) on success, a negative
  *    errno on failure. eventq_strerror() describes any of them.
@@ -32,7 +35,7 @@
 #include <sys/types.h>
 
 #define EVENTQ_VERSION_MAJOR 0
-#define EVENTQ_VERSION_MINOR 1
+#define EVENTQ_VERSION_MINOR 2
 #define EVENTQ_VERSION_PATCH 0
 /* eventq_version() returns this: (major << 16) | (minor << 8) | patch. */
 #define EVENTQ_VERSION ((EVENTQ_VERSION_MAJOR << 16) | (EVENTQ_VERSION_MINOR << 8) | EVENTQ_VERSION_PATCH)
@@ -461,7 +464,7 @@ extern "C" {
 uint32_t eventq_version(void);
 
 /**
- * The library's version as a string, e.g. "0.1.0". Static storage.
+ * The library's version as a string, e.g. "0.2.0". Static storage.
  *
  * Thread safety: any thread.
  */

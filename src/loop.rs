@@ -17,16 +17,19 @@
 //!    expiration count for a timer, once per signal, once per message up to
 //!    the source's budget for a channel (the rest stay readable and come back
 //!    next iteration, so a busy channel cannot starve the others);
-//! 3. posts are a channel source like any other: they run in the order
-//!    posted, on the loop thread.
+//! 3. posts run when the loop's wake eventfd comes up in the batch, in the
+//!    order posted, at most 64 per iteration.
 //!
-//! `stop` raises an eventfd of the loop's own so a blocked wait returns;
-//! `run` lowers it when it sees the stop. A stop made during an iteration
+//! The loop's own fd, the wake eventfd, is in the epoll set under a
+//! reserved key, outside the source table (libuv's async handle, mio's
+//! waker): a post raises it when the task queue goes from empty to
+//! non-empty, so a burst of posts costs one write; `stop` raises it too, so
+//! a blocked wait returns. A stop made during an iteration
 //! takes effect when the running callback returns: the rest of the batch,
 //! of a channel source's budget and of the posts is left for the next run
 //! (see [`Loop::stop`]).
 
-use std::collections::HashMap;
+use std::collections::{HashSet, VecDeque};
 use std::fmt;
 use std::os::fd::{AsRawFd, RawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -37,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
-use crate::chan::{Chan, Options, Wait};
+use crate::chan::{Chan, Wait};
 use crate::error::{Error, Result};
 use crate::memcg::{MemEvent, Watch};
 use crate::source::Source;
@@ -76,6 +79,10 @@ const SIGNAL_TAKEN: Error = Error::Busy("this signal already has a source in thi
 
 /// Events fetched per `epoll_wait`.
 const BATCH: usize = 64;
+
+/// The epoll key of the loop's wake eventfd: no source id has it, since
+/// slot indexes stay below `u32::MAX`.
+const WAKE_KEY: u64 = u64::MAX;
 
 /// Identifies a source: its loop, slot index and generation, so an id is
 /// never reused for another source and means nothing to another loop.
@@ -142,10 +149,6 @@ enum Kind {
     },
     /// A source that owns its fd and reads its own events (a memory watch).
     Owned(Box<dyn Source>),
-    /// The loop's post queue.
-    Post,
-    /// Raised by `stop` to wake `epoll_wait`; lowered when `run` returns.
-    Wake,
 }
 
 struct Entry {
@@ -164,15 +167,20 @@ struct Entry {
 }
 
 impl Entry {
-    fn fd(&self, inner: &Inner) -> RawFd {
+    fn fd(&self) -> RawFd {
         match &self.kind {
             Kind::Fd(fd) => *fd,
             Kind::Timer { tfd, .. } => tfd.as_raw_fd(),
             Kind::Chan { chan, .. } => chan.recv_fd(),
             Kind::Signal { sfd, .. } => sfd.as_raw_fd(),
             Kind::Owned(src) => src.fd(),
-            Kind::Post => inner.posts.recv_fd(),
-            Kind::Wake => inner.wake.as_raw_fd(),
+        }
+    }
+
+    fn signo(&self) -> Option<i32> {
+        match self.kind {
+            Kind::Signal { signo, .. } => Some(signo),
+            _ => None,
         }
     }
 }
@@ -187,6 +195,13 @@ struct Table {
     tag: u64,
     slots: Vec<Slot>,
     free: Vec<u32>,
+    /// The fds of the sources, disabled ones included: one source per fd
+    /// (a disabled source is out of the epoll set, so epoll alone would
+    /// accept a second source for its fd, and re-enabling the first would
+    /// then fail).
+    fds: HashSet<RawFd>,
+    /// The signals that have a source.
+    signals: HashSet<i32>,
     /// The source whose callback runs now, if any.
     running: Option<SourceId>,
     /// The thread inside `run`/`run_once`, if any.
@@ -203,9 +218,7 @@ impl Table {
 
     /// Whether `signo` already has a source.
     fn has_signal(&self, signo: i32) -> bool {
-        self.slots.iter().any(|s| {
-            matches!(&s.entry, Some(Entry { kind: Kind::Signal { signo: n, .. }, .. }) if *n == signo)
-        })
+        self.signals.contains(&signo)
     }
 
     fn get_mut(&mut self, id: SourceId) -> Option<&mut Entry> {
@@ -229,6 +242,10 @@ impl Table {
 
     fn insert(&mut self, entry: Entry) -> SourceId {
         let id = self.vacant_id();
+        self.fds.insert(entry.fd());
+        if let Some(signo) = entry.signo() {
+            self.signals.insert(signo);
+        }
         match self.free.pop() {
             Some(i) => self.slots[i as usize].entry = Some(entry),
             None => self.slots.push(Slot {
@@ -250,6 +267,10 @@ impl Table {
         let entry = slot.entry.take()?;
         slot.gen = slot.gen.wrapping_add(1);
         self.free.push(id.index() as u32);
+        self.fds.remove(&entry.fd());
+        if let Some(signo) = entry.signo() {
+            self.signals.remove(&signo);
+        }
         Some(entry)
     }
 }
@@ -259,12 +280,11 @@ struct Inner {
     table: Mutex<Table>,
     /// Signalled when a callback returns, for removers on other threads.
     callback_done: Condvar,
-    /// Posted task ids, in post order; the loop drains it like any channel.
-    posts: Chan,
-    /// Raised by `stop` so a blocked `epoll_wait` returns.
+    /// Posted tasks, in post order.
+    posts: Mutex<VecDeque<Task>>,
+    /// Raised when `posts` goes from empty to non-empty and by `stop`, so a
+    /// blocked `epoll_wait` returns; in the epoll set under `WAKE_KEY`.
     wake: EventFd,
-    tasks: Mutex<HashMap<u64, Task>>,
-    next_task: AtomicU64,
     /// Set by `stop`, consumed by `run`.
     stop: AtomicBool,
     /// How many stops were made: dispatch ends early once it moved since
@@ -315,33 +335,30 @@ impl Drop for Running<'_> {
 }
 
 impl Loop {
-    /// A new loop with no sources but its post queue.
+    /// A new loop with no sources.
     pub fn new() -> Result<Loop> {
-        let posts = Chan::new(Options::new(POST_CAPACITY))?;
+        let epoll = Epoll::new()?;
+        let wake = EventFd::new()?;
+        epoll.add(wake.as_raw_fd(), events::IN, WAKE_KEY)?;
         let inner = Arc::new(Inner {
-            epoll: Epoll::new()?,
+            epoll,
             table: Mutex::new(Table {
                 tag: NEXT_LOOP_TAG.fetch_add(1, Ordering::Relaxed),
                 slots: Vec::new(),
                 free: Vec::new(),
+                fds: HashSet::new(),
+                signals: HashSet::new(),
                 running: None,
                 loop_thread: None,
             }),
             callback_done: Condvar::new(),
-            posts,
-            wake: EventFd::new()?,
-            tasks: Mutex::new(HashMap::new()),
-            next_task: AtomicU64::new(1),
+            posts: Mutex::new(VecDeque::new()),
+            wake,
             stop: AtomicBool::new(false),
             stops: AtomicU64::new(0),
             scratch: Mutex::new(Vec::new()),
         });
-        let lp = Loop { inner };
-        for kind in [Kind::Post, Kind::Wake] {
-            let entry = lp.entry(kind, events::IN, None);
-            lp.add_entry(entry, |_| None)?;
-        }
-        Ok(lp)
+        Ok(Loop { inner })
     }
 
     /// A handle for other threads.
@@ -385,17 +402,17 @@ impl Loop {
                 return Err(SIGNAL_TAKEN);
             }
         }
-        let fd = entry.fd(&self.inner);
-        // A disabled source is out of the epoll set, so epoll alone would
-        // accept a second source for its fd, and re-enabling the first
-        // would then fail: the table is the authority.
-        if tab
-            .slots
-            .iter()
-            .filter_map(|s| s.entry.as_ref())
-            .any(|e| e.fd(&self.inner) == fd)
-        {
+        let fd = entry.fd();
+        // The table, not epoll, is the authority (see `Table::fds`); the
+        // loop's own fds are not sources.
+        if tab.fds.contains(&fd) {
             return Err(Error::Os(std::io::Error::from_raw_os_error(libc::EEXIST)));
+        }
+        if fd == self.inner.wake.as_raw_fd() || fd == self.fd() {
+            return Err(Error::Invalid("the fd belongs to the loop"));
+        }
+        if tab.slots.len() >= u32::MAX as usize - 1 && tab.free.is_empty() {
+            return Err(Error::Os(std::io::Error::from_raw_os_error(libc::ENOMEM)));
         }
         let id = tab.vacant_id();
         self.inner.epoll.add(fd, entry.events, id.key)?;
@@ -545,17 +562,10 @@ impl Loop {
     /// called from inside that very callback, right after the callback.
     pub fn remove(&self, id: SourceId) -> Result<()> {
         let mut tab = self.inner.table.lock();
-        if let Some(Entry {
-            kind: Kind::Post | Kind::Wake,
-            ..
-        }) = tab.get_mut(id)
-        {
-            return Err(Error::Invalid("this source belongs to the loop"));
-        }
         let entry = tab.take(id).ok_or(Error::Stale)?;
         if entry.registered {
             // The fd may already be closed by its owner; that removed it.
-            let _ = self.inner.epoll.delete(entry.fd(&self.inner));
+            let _ = self.inner.epoll.delete(entry.fd());
         }
         let me = thread::current().id();
         while tab.running == Some(id) && tab.loop_thread != Some(me) {
@@ -575,7 +585,7 @@ impl Loop {
     }
 
     fn apply_enabled(&self, entry: &mut Entry, id: SourceId, enabled: bool) -> Result<()> {
-        let fd = entry.fd(&self.inner);
+        let fd = entry.fd();
         if enabled && !entry.enabled {
             if entry.registered {
                 self.inner.epoll.modify(fd, entry.events, id.key)?;
@@ -601,7 +611,7 @@ impl Loop {
         }
         entry.events = events;
         if entry.enabled {
-            let fd = entry.fd(&self.inner);
+            let fd = entry.fd();
             self.inner.epoll.modify(fd, events, id.key)?;
         }
         Ok(())
@@ -683,8 +693,9 @@ impl Loop {
             let since = self.inner.stops.load(Ordering::Acquire);
             if self.inner.stop.swap(false, Ordering::AcqRel) {
                 // The stop is consumed; so is its wake-up, or the loop's fd
-                // would stay readable with nothing to do.
-                self.inner.wake.lower();
+                // would stay readable with nothing to do (unless posts are
+                // pending).
+                self.inner.settle_wake();
                 return Ok(());
             }
             self.iterate(None, since)?;
@@ -731,7 +742,11 @@ impl Loop {
             }
             // Copies: the struct is packed.
             let (key, revents) = (ev.u64, ev.events);
-            calls += self.dispatch(SourceId { key, loop_tag }, revents, since);
+            calls += if key == WAKE_KEY {
+                self.run_posts(since)
+            } else {
+                self.dispatch(SourceId { key, loop_tag }, revents, since)
+            };
         }
         Ok(calls)
     }
@@ -755,7 +770,7 @@ impl Loop {
                 && entry.registered
                 && entry.events & (events::EDGE | events::ONESHOT) != 0
             {
-                let fd = entry.fd(&self.inner);
+                let fd = entry.fd();
                 let _ = self.inner.epoll.modify(fd, entry.events, id.key);
             }
         }
@@ -771,14 +786,6 @@ impl Loop {
             return 0;
         }
         let event = match &mut entry.kind {
-            Kind::Post => None,
-            Kind::Wake => {
-                // Its job, waking the wait, is done; the stop flag stays set
-                // for `run`. Lowered here too so a `run_once` caller (an
-                // embedding loop) is not woken forever.
-                self.inner.wake.lower();
-                return 0;
-            }
             Kind::Chan { chan, eos } => {
                 if *eos {
                     // Re-enabled after end of stream, which is delivered once.
@@ -792,7 +799,7 @@ impl Loop {
                 if entry.events & events::ONESHOT != 0 {
                     entry.enabled = false; // the kernel disarmed it
                 }
-                Some(Event::Fd(revents))
+                Event::Fd(revents)
             }
             Kind::Timer { tfd, periodic } => match tfd.read() {
                 Ok(0) | Err(_) => return 0, // re-armed or read since the wait
@@ -800,11 +807,11 @@ impl Loop {
                     if !*periodic {
                         entry.enabled = false;
                     }
-                    Some(Event::Timer(n))
+                    Event::Timer(n)
                 }
             },
             Kind::Signal { sfd, .. } => match sfd.read() {
-                Ok(Some(signo)) => Some(Event::Signal(signo)),
+                Ok(Some(signo)) => Event::Signal(signo),
                 _ => return 0,
             },
             Kind::Owned(src) => {
@@ -822,14 +829,10 @@ impl Loop {
                     let _ = self.apply_enabled(entry, id, false);
                 }
                 match read {
-                    Ok(Some(event)) => Some(event),
+                    Ok(Some(event)) => event,
                     _ => return 0,
                 }
             }
-        };
-        let Some(event) = event else {
-            drop(tab);
-            return self.run_posts(since);
         };
         let Some(mut cb) = entry.callback.take() else {
             return 0;
@@ -932,49 +935,64 @@ impl Loop {
         self.inner.callback_done.notify_all();
     }
 
-    /// Runs pending posts in order, at most [`POST_BUDGET`], until a stop.
+    /// The wake eventfd came up: runs pending posts in order, at most
+    /// [`POST_BUDGET`], until a stop. The fd is lowered first, under the
+    /// queue lock, so a post made meanwhile either is run here or raises it
+    /// again; what is left (budget, stop) raises it again for the next
+    /// iteration. A stop's raise is consumed here too: its flag stays set
+    /// for `run`, and a `run_once` caller (an embedding loop) is not woken
+    /// forever.
     fn run_posts(&self, since: u64) -> usize {
-        let mut calls = 0;
-        let mut id = [0u8; 8];
-        while calls < POST_BUDGET && !self.stopped(since) {
-            if self.inner.posts.recv_into(&mut id, Wait::Never).is_err() {
-                break;
-            }
-            let task = self.inner.tasks.lock().remove(&u64::from_ne_bytes(id));
-            if let Some(task) = task {
-                calls += 1;
-                let _ = catch_unwind(AssertUnwindSafe(|| task(self)));
-            }
+        {
+            let _posts = self.inner.posts.lock();
+            self.inner.wake.lower();
         }
+        let mut calls = 0;
+        while calls < POST_BUDGET && !self.stopped(since) {
+            let Some(task) = self.inner.posts.lock().pop_front() else {
+                return calls;
+            };
+            calls += 1;
+            let _ = catch_unwind(AssertUnwindSafe(|| task(self)));
+        }
+        self.inner.settle_wake();
         calls
     }
 }
 
 impl Inner {
+    /// Queues a task; raises the wake fd only when the queue leaves empty,
+    /// so a burst of posts costs one write (libuv's async coalescing).
     fn post(&self, task: Task) -> Result<()> {
-        let id = self.next_task.fetch_add(1, Ordering::Relaxed);
-        self.tasks.lock().insert(id, task);
-        if let Err(e) = self.posts.send(&id.to_ne_bytes(), Wait::Never) {
-            self.tasks.lock().remove(&id);
-            return Err(e);
+        let mut posts = self.posts.lock();
+        if posts.len() >= POST_CAPACITY {
+            return Err(Error::WouldBlock);
+        }
+        posts.push_back(task);
+        if posts.len() == 1 {
+            // Under the lock, so `run_posts`' lower cannot slip in between
+            // and leave a task without its wake-up.
+            self.wake.write(1)?;
         }
         Ok(())
+    }
+
+    /// Makes the wake fd readable iff posts are pending (a consumed stop
+    /// leaves nothing else to wake for).
+    fn settle_wake(&self) {
+        let posts = self.posts.lock();
+        self.wake.lower();
+        if !posts.is_empty() {
+            let _ = self.wake.write(1);
+        }
     }
 
     fn stop(&self) {
         self.stop.store(true, Ordering::Release);
         self.stops.fetch_add(1, Ordering::AcqRel);
         // Wake a blocked epoll_wait. A second raise only adds to the
-        // counter, which the one read in `run` clears.
+        // counter, which the next lower clears.
         let _ = self.wake.write(1);
-    }
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        self.posts.close();
-        // Sources' callbacks (and C destroy hooks) are dropped with the
-        // table, after this; posts not yet run are dropped unrun.
     }
 }
 

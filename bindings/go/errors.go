@@ -142,7 +142,7 @@ func Strerror(code int) string {
 	return C.GoString(C.eventq_strerror(C.int(code)))
 }
 
-// Version is the C library's version string, e.g. "0.1.0".
+// Version is the C library's version string, e.g. "0.2.0".
 func Version() string {
 	return C.GoString(C.eventq_version_string())
 }

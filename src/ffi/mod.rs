@@ -277,7 +277,7 @@ pub extern "C" fn eventq_version() -> u32 {
     VERSION
 }
 
-/// The library's version as a string, e.g. "0.1.0". Static storage.
+/// The library's version as a string, e.g. "0.2.0". Static storage.
 ///
 /// Thread safety: any thread.
 #[no_mangle]

@@ -151,7 +151,7 @@ static void exec_case(const char *self)
         argc++;
     }
     argv[argc] = NULL;
-    CHECK_MSG("the library made 8 fds (chan 2, loop 4, timer 1, signal 1)", made == 8,
+    CHECK_MSG("the library made 6 fds (chan 2, loop 2, timer 1, signal 1)", made == 6,
               "%d", made);
     CHECK("every one is FD_CLOEXEC", cloexec);
     pid_t pid = fork();

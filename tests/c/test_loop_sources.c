@@ -616,7 +616,7 @@ static void test_stop_in_callback(void)
               "b %d level %d edge %d oneshot %d posts %d", s.msgs_b, s.fd_level, s.fd_edge,
               s.fd_oneshot, s.posts);
     eventq_chan_stats st;
-    REQUIRE("stats", eventq_chan_get_stats(a, &st) == 0);
+    REQUIRE("stats", eventq_chan_get_stats(a, &st, sizeof st) == 0);
     CHECK_U64("stop in a callback: no message taken but the one delivered", st.pending, 9);
 
     /* The next iterations dispatch what the stop left: every message, the
