@@ -17,7 +17,7 @@ use std::time::Duration;
 use super::event_loop::{
     add_source, eventq_destroy_fn, eventq_loop, eventq_source, loop_ref, status, Hook,
 };
-use super::{borrow, boundary, check, free, give, neg, require, take, Handle, PANIC};
+use super::{borrow, boundary, check, einval, free, give, neg, require, take, Handle, PANIC};
 use crate::event_loop::Event;
 use crate::memcg::{Cgroup, Level, MemEvent, Mode, PsiTrigger, Watch};
 
@@ -233,6 +233,26 @@ fn cstr<'a>(s: *const c_char) -> Result<&'a CStr, c_int> {
     unsafe { s.as_ref().map(|p| CStr::from_ptr(p)) }.ok_or(-libc::EINVAL)
 }
 
+/// An EVENTQ_MEMCG_LOW/_MEDIUM/_CRITICAL argument.
+fn level_of(level: u32) -> Result<Level, c_int> {
+    match level {
+        EVENTQ_MEMCG_LOW => Ok(Level::Low),
+        EVENTQ_MEMCG_MEDIUM => Ok(Level::Medium),
+        EVENTQ_MEMCG_CRITICAL => Ok(Level::Critical),
+        _ => einval(),
+    }
+}
+
+/// An EVENTQ_MEMCG_MODE_* argument.
+fn mode_of(mode: u32) -> Result<Mode, c_int> {
+    match mode {
+        EVENTQ_MEMCG_MODE_DEFAULT => Ok(Mode::Default),
+        EVENTQ_MEMCG_MODE_HIERARCHY => Ok(Mode::Hierarchy),
+        EVENTQ_MEMCG_MODE_LOCAL => Ok(Mode::Local),
+        _ => einval(),
+    }
+}
+
 /// Writes a new cgroup handle to `*out`, or returns the error.
 fn give_cgroup(out: *mut *mut eventq_memcg, res: crate::Result<Cgroup>) -> c_int {
     match res {
@@ -415,18 +435,8 @@ pub extern "C" fn eventq_memcg_watch_pressure_level(
 ) -> c_int {
     boundary!(PANIC, {
         let cg = check!(cgroup_ref(cg));
-        let level = match level {
-            EVENTQ_MEMCG_LOW => Level::Low,
-            EVENTQ_MEMCG_MEDIUM => Level::Medium,
-            EVENTQ_MEMCG_CRITICAL => Level::Critical,
-            _ => return -libc::EINVAL,
-        };
-        let mode = match mode {
-            EVENTQ_MEMCG_MODE_DEFAULT => Mode::Default,
-            EVENTQ_MEMCG_MODE_HIERARCHY => Mode::Hierarchy,
-            EVENTQ_MEMCG_MODE_LOCAL => Mode::Local,
-            _ => return -libc::EINVAL,
-        };
+        let level = check!(level_of(level));
+        let mode = check!(mode_of(mode));
         require!(!out.is_null());
         give_watch(out, Watch::pressure_level(cg, level, mode))
     })
@@ -518,11 +528,8 @@ pub extern "C" fn eventq_memcg_watch_counters(
 ) -> c_int {
     boundary!(PANIC, {
         let cg = check!(cgroup_ref(cg));
-        let file = check!(cstr(file));
+        let name = check!(cstr(file).and_then(|f| f.to_str().or(einval())));
         require!(!out.is_null());
-        let Ok(name) = file.to_str() else {
-            return -libc::EINVAL;
-        };
         give_watch(out, Watch::counters(cg, name))
     })
 }
