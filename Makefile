@@ -22,6 +22,13 @@ DESTDIR    ?=
 LIBDIR     ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+DATAROOTDIR ?= $(PREFIX)/share
+MANDIR     ?= $(DATAROOTDIR)/man
+CMAKEDIR   ?= $(LIBDIR)/cmake/eventq
+# The shared library's split debug info: gdb (and valgrind, readelf -wK) look
+# for it by themselves in .debug/ next to the library; a distribution may
+# set DEBUGDIR=/usr/lib/debug$(LIBDIR) instead.
+DEBUGDIR   ?= $(LIBDIR)/.debug
 
 # --- Version: read from Cargo.toml's [package] table, nowhere else ----------
 VERSION := $(shell awk -F'"' '/^\[/ { pkg = ($$0 == "[package]") } \
@@ -32,6 +39,9 @@ $(error cannot read the package version from Cargo.toml)
 endif
 
 # --- Build outputs -----------------------------------------------------------
+# The C ABI and its header are behind a cargo feature (Rust users of the
+# crate build neither); every cargo build of the C library turns it on.
+CARGO_FEATURES ?= --features capi
 CARGO_TARGET_DIR ?= target
 LIB_SO      = $(BUILD)/lib/libeventq.so
 LIB_A      := $(CARGO_TARGET_DIR)/release/libeventq.a
@@ -52,7 +62,7 @@ TEST_PREFIX  := $(CURDIR)/$(BUILD)/prefix
 TEST_STAMP   := $(TEST_PREFIX)/.installed
 TEST_PC_PATH := $(TEST_PREFIX)/lib/pkgconfig
 # What `make test` runs, in this order (each is a `test-<stage>` target).
-TEST_STAGES  := fmt clippy cargo-test loom header header-std install installed-lib abi \
+TEST_STAGES  := fmt clippy cargo-test rust-user loom header header-std install installed-lib abi \
                 c-tests c-static examples examples-run go bench-smoke
 # The flags every C test and example must compile cleanly with.
 C_STD_FLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread
@@ -96,7 +106,7 @@ all: $(LIB_SO) $(LIB_A)
 
 # cargo decides whether anything is stale; make only re-stats the outputs.
 $(LIB_A): FORCE | need-cargo
-	$(CARGO) build --release
+	$(CARGO) build --release $(CARGO_FEATURES)
 # The shared library is linked here from the static one, with eventq.map,
 # rather than taken from cargo's cdylib: rustc hands the linker an export
 # list of its own (an anonymous version script) that wins over eventq.map,
@@ -109,38 +119,191 @@ $(LIB_SO): $(LIB_A) $(NATIVE_LIBS) eventq.map | need-cc
 
 # Regenerates the committed C header from src/ffi (commit the result).
 header: | need-cargo
-	EVENTQ_UPDATE_HEADER=1 $(CARGO) build
+	EVENTQ_UPDATE_HEADER=1 $(CARGO) build $(CARGO_FEATURES)
 
 # rustc's native-static-libs list, for Libs.private of the static library.
 $(NATIVE_LIBS): Cargo.toml $(wildcard Cargo.lock) build.rs $(RUSTC_VERSION) | need-cargo
-	CARGO="$(CARGO)" scripts/native-static-libs.sh $(NATIVE_LIBS_DIR)/target $@
+	CARGO="$(CARGO)" CARGO_FEATURES="$(CARGO_FEATURES)" scripts/native-static-libs.sh $(NATIVE_LIBS_DIR)/target $@
 
 # Rewritten only when the toolchain changes, so it can trigger the above.
 $(RUSTC_VERSION): FORCE | need-cargo
 	@mkdir -p $(@D)
 	@$${RUSTC:-rustc} -vV > $@.tmp && { cmp -s $@.tmp $@ && rm -f $@.tmp || mv -f $@.tmp $@; }
 
-# Installs the library, its symlinks, header and pkg-config file.
+# Installs the shared library (stripped; its debug info in DEBUGDIR, linked
+# by .gnu_debuglink), its symlinks, the static library, header, pkg-config
+# files (eventq.pc, eventq-static.pc), CMake package and man pages. More in
+# the packaging section below: install-strip, uninstall.
 install: $(LIB_SO) $(LIB_A) $(NATIVE_LIBS)
-	$(INSTALL) -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
-	$(INSTALL) -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/$(REALNAME)
+	$(INSTALL) -d $(addprefix $(DESTDIR),$(INSTALL_DIRS))
+	$(INSTALL) -m 755 $(DIST_SO) $(DESTDIR)$(LIBDIR)/$(REALNAME)
+	$(INSTALL) -m 644 $(DIST_DEBUG) $(DESTDIR)$(DEBUGDIR)/$(REALNAME).debug
 	ln -sfn $(REALNAME) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sfn $(SONAME) $(DESTDIR)$(LIBDIR)/libeventq.so
 	$(INSTALL) -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/libeventq.a
 	$(INSTALL) -m 644 $(HEADER) $(DESTDIR)$(INCLUDEDIR)/eventq.h
-	sed -e 's|@prefix@|$(PREFIX)|g' \
+	$(call install_pc,eventq)
+	$(call install_pc,eventq-static)
+	$(call install_cmake,eventqConfig.cmake)
+	$(call install_cmake,eventqConfigVersion.cmake)
+	$(INSTALL) -m 644 $(MAN_DIR)/man3/*.3 $(DESTDIR)$(MANDIR)/man3
+	$(INSTALL) -m 644 $(MAN_DIR)/man7/*.7 $(DESTDIR)$(MANDIR)/man7
+
+# The install `make test` builds C code against; relinks only what changed.
+# Into an empty prefix, so no file of an earlier install (a man page of a
+# function since removed) can pass for one of this install.
+$(TEST_STAMP): $(LIB_SO) $(LIB_A) $(NATIVE_LIBS) $(HEADER) eventq.pc.in Makefile
+	rm -rf $(TEST_PREFIX)
+	$(MAKE) --no-print-directory install PREFIX=$(TEST_PREFIX) DESTDIR=
+	@touch $@
+install-test-prefix: $(TEST_STAMP)
+
+# ============================================================================
+# Packaging. Everything of packaging in this Makefile is in this section and
+# in the install rule above (its test stages are appended to TEST_STAGES
+# here): the man pages, CMake package, eventq-static.pc and split debug info
+# that install puts in place; install-strip; uninstall.
+#
+#   make man            build/man: a page per function of eventq.h and
+#                       eventq(7), generated from the header's doc comments
+#                       and docs/design.md by scripts/gen-man.py (part of
+#                       the default build)
+#   make install-strip  install, then strip the debug info of libeventq.a
+#                       and the symbol table of the shared library (its
+#                       debug file in DEBUGDIR keeps the full symbols)
+#   make uninstall      removes what install put there (give the same
+#                       PREFIX, DESTDIR and directories), then each directory
+#                       of the install's paths that is left empty, up to but
+#                       not including DESTDIR (or PREFIX's parent without
+#                       DESTDIR). An empty directory that was there before
+#                       the install goes too: nothing records which existed.
+# Stages: licenses, man-pages, cmake, static-link, debuginfo, uninstall.
+# ============================================================================
+PACKAGING_STAGES := licenses man-pages cmake static-link debuginfo uninstall
+TEST_STAGES      += $(PACKAGING_STAGES)
+
+PYTHON3 ?= python3
+OBJCOPY ?= objcopy
+STRIP   ?= strip
+CMAKE   ?= cmake
+MAN     ?= man
+
+MAN_DIR    := $(BUILD)/man
+MAN_STAMP  := $(MAN_DIR)/.generated
+DIST_DIR   := $(BUILD)/dist
+DIST_SO    := $(DIST_DIR)/$(REALNAME)
+DIST_DEBUG := $(DIST_DIR)/$(REALNAME).debug
+# Every directory install writes into.
+INSTALL_DIRS = $(LIBDIR) $(INCLUDEDIR) $(PKGCONFIGDIR) $(DEBUGDIR) $(CMAKEDIR) \
+               $(MANDIR)/man3 $(MANDIR)/man7
+# uninstall removes no directory at or above this one.
+UNINSTALL_TOP = $(if $(DESTDIR),$(DESTDIR),$(patsubst %/,%,$(dir $(PREFIX))))
+
+.PHONY: man install-strip uninstall need-python3 need-objcopy need-cmake need-man \
+        $(addprefix test-,$(PACKAGING_STAGES))
+
+all: $(MAN_STAMP)
+install: $(DIST_SO) $(DIST_DEBUG) $(MAN_STAMP)
+$(TEST_STAMP): $(DIST_SO) $(MAN_STAMP) eventq-static.pc.in $(wildcard cmake/*.cmake.in)
+
+man: $(MAN_STAMP)
+$(MAN_STAMP): $(HEADER) docs/design.md scripts/gen-man.py Cargo.toml | need-python3
+	$(PYTHON3) scripts/gen-man.py --header $(HEADER) --design docs/design.md \
+	  --version $(VERSION) --out $(MAN_DIR)
+	@touch $@
+
+# The shared library as installed: its debug info copied into a file of its
+# own, then stripped from the library, which names that file (and its CRC)
+# in .gnu_debuglink; both keep the build ID.
+$(DIST_SO): $(LIB_SO) Makefile | need-objcopy
+	@mkdir -p $(@D)
+	$(OBJCOPY) --only-keep-debug $(LIB_SO) $(DIST_DEBUG)
+	$(OBJCOPY) --strip-debug --add-gnu-debuglink=$(DIST_DEBUG) $(LIB_SO) $@
+$(DIST_DEBUG): $(DIST_SO)
+	@:
+
+# $(call install_pc,NAME): NAME.pc.in to PKGCONFIGDIR/NAME.pc, with the
+# install's paths and the static library's native libraries filled in.
+install_pc = sed -e 's|@prefix@|$(PREFIX)|g' \
 	    -e 's|@libdir@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))|g' \
 	    -e 's|@includedir@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(INCLUDEDIR))|g' \
 	    -e 's|@version@|$(VERSION)|g' \
 	    -e "s|@libs_private@|$$(cat $(NATIVE_LIBS))|g" \
-	    eventq.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/eventq.pc.tmp
-	mv -f $(DESTDIR)$(PKGCONFIGDIR)/eventq.pc.tmp $(DESTDIR)$(PKGCONFIGDIR)/eventq.pc
+	    $(1).pc.in > $(DESTDIR)$(PKGCONFIGDIR)/$(1).pc.tmp && \
+	  mv -f $(DESTDIR)$(PKGCONFIGDIR)/$(1).pc.tmp $(DESTDIR)$(PKGCONFIGDIR)/$(1).pc
+# $(call install_cmake,FILE): cmake/FILE.in to CMAKEDIR/FILE. The library and
+# include directories are written relative to CMAKEDIR, so the installed
+# tree can move; the native libraries become a CMake list ("-lm" -> "m");
+# the pointer size is the ELF class of the library (1: 32-bit, 2: 64-bit).
+install_cmake = sed -e 's|@version@|$(VERSION)|g' -e 's|@major@|$(VERSION_MAJOR)|g' \
+	    -e 's|@realname@|$(REALNAME)|g' -e 's|@soname@|$(SONAME)|g' \
+	    -e "s|@rel_libdir@|$$(realpath -m -s --relative-to=$(CMAKEDIR) $(LIBDIR))|g" \
+	    -e "s|@rel_includedir@|$$(realpath -m -s --relative-to=$(CMAKEDIR) $(INCLUDEDIR))|g" \
+	    -e "s|@static_libs@|$$(sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$$//' \
+	         -e 's/[[:space:]][[:space:]]*/;/g' -e 's/\(^\|;\)-l/\1/g' $(NATIVE_LIBS))|g" \
+	    -e "s|@sizeof_void_p@|$$(( $$(od -An -tu1 -j4 -N1 $(LIB_SO)) * 4 ))|g" \
+	    cmake/$(1).in > $(DESTDIR)$(CMAKEDIR)/$(1).tmp && \
+	  mv -f $(DESTDIR)$(CMAKEDIR)/$(1).tmp $(DESTDIR)$(CMAKEDIR)/$(1)
 
-# The install `make test` builds C code against; relinks only what changed.
-$(TEST_STAMP): $(LIB_SO) $(LIB_A) $(NATIVE_LIBS) $(HEADER) eventq.pc.in Makefile
-	$(MAKE) --no-print-directory install PREFIX=$(TEST_PREFIX) DESTDIR=
-	@touch $@
-install-test-prefix: $(TEST_STAMP)
+# GNU's install-strip: install, then strip what can be stripped. The static
+# library keeps the symbols a link needs (--strip-debug).
+install-strip: install
+	$(STRIP) --strip-debug $(DESTDIR)$(LIBDIR)/libeventq.a
+	$(STRIP) --strip-unneeded $(DESTDIR)$(LIBDIR)/$(REALNAME)
+
+# The man pages to remove are those build/man holds for the current header.
+uninstall: $(MAN_STAMP)
+	rm -f $(addprefix $(DESTDIR)$(LIBDIR)/,$(REALNAME) $(SONAME) libeventq.so libeventq.a) \
+	  $(DESTDIR)$(DEBUGDIR)/$(REALNAME).debug $(DESTDIR)$(INCLUDEDIR)/eventq.h \
+	  $(DESTDIR)$(PKGCONFIGDIR)/eventq.pc $(DESTDIR)$(PKGCONFIGDIR)/eventq-static.pc \
+	  $(DESTDIR)$(CMAKEDIR)/eventqConfig.cmake $(DESTDIR)$(CMAKEDIR)/eventqConfigVersion.cmake
+	for f in $(MAN_DIR)/man3/*.3 $(MAN_DIR)/man7/*.7; do \
+	  page=$${f#$(MAN_DIR)/}; rm -f "$(DESTDIR)$(MANDIR)/$$page" || exit 1; done
+	scripts/rmdir-empty.sh "$(UNINSTALL_TOP)" $(addprefix $(DESTDIR),$(INSTALL_DIRS))
+
+# Stage: LICENSE-MIT and LICENSE-APACHE: the texts, the copyright line, the
+# licence of Cargo.toml, and the Go module's copies.
+test-licenses:
+	scripts/check-licenses.sh $(GO_DIR)
+
+# Stage: the installed man pages: one per function of the header, found by
+# man, rendered without a warning, with the sections the comments call for.
+test-man-pages: $(TEST_STAMP) | need-man need-cc
+	CC="$(CC)" MAN="$(MAN)" scripts/check-man.sh $(TEST_PREFIX) $(HEADER) docs/design.md $(BUILD)/check-man
+
+# Stage: tests/cmake built with find_package(eventq) against the test install
+# (and a moved copy of it, and a staged install with other directories):
+# eventq::eventq and eventq::eventq-static link and run; version requests.
+test-cmake: $(TEST_STAMP) | need-cmake need-cc
+	CC="$(CC)" CMAKE="$(CMAKE)" MAKE="$(MAKE)" \
+	  scripts/check-cmake.sh $(TEST_PREFIX) $(VERSION) $(BUILD)/check-cmake
+
+# Stage: the README's link lines, shared and static, build its C example
+# against the test install; the static one needs no libeventq.so.
+test-static-link: $(TEST_STAMP) $(BUILD)/readme.c | need-cc need-pkg-config
+	CC="$(CC)" PKG_CONFIG="$(PKG_CONFIG)" scripts/check-static-link.sh \
+	  $(TEST_PREFIX) $(VERSION) README.md $(BUILD)/readme.c $(BUILD)/check-static-link
+
+# Stage: the installed shared library has no debug info, and its
+# .gnu_debuglink leads to the debug file (name, CRC, build ID; gdb).
+test-debuginfo: $(TEST_STAMP) | need-objcopy
+	scripts/check-debuginfo.sh $(TEST_PREFIX)/lib/$(REALNAME) $(TEST_PREFIX)/lib/.debug/$(REALNAME).debug
+
+# Stage: install, install-strip and uninstall into scratch DESTDIRs (empty,
+# and holding other packages' files): exactly the expected files go in, and
+# uninstall leaves the tree as it was.
+test-uninstall: $(TEST_STAMP) | need-objcopy need-cc
+	CC="$(CC)" MAKE="$(MAKE)" scripts/check-uninstall.sh $(VERSION) $(HEADER) $(BUILD)/check-uninstall
+
+need-python3:
+	$(call need,$(PYTHON3),install Python 3 to generate the man pages (apt-get install python3))
+need-objcopy:
+	$(call need,$(OBJCOPY),install binutils (objcopy, strip, readelf) to split the debug info)
+need-cmake:
+	$(call need,$(CMAKE),install CMake to test the CMake package (apt-get install cmake))
+need-man:
+	$(call need,$(MAN),install man-db and groff-base to check the man pages (apt-get install man-db groff-base))
+# --- End of packaging section -----------------------------------------------
 
 # Runs every stage in order and prints the summary the CI reads.
 test:
@@ -156,11 +319,35 @@ test-fmt: | need-cargo
 test-clippy: | need-cargo
 	@$(CARGO) clippy --version >/dev/null 2>&1 || \
 	  { echo "error: clippy is missing (rustup component add clippy)" >&2; exit 1; }
+	$(CARGO) clippy --all-targets $(CARGO_FEATURES) -- -D warnings
 	$(CARGO) clippy --all-targets -- -D warnings
 
 # Stage: Rust unit and integration tests (the unit tests include header drift).
 test-cargo-test: | need-cargo
-	$(CARGO) test
+	$(CARGO) test $(CARGO_FEATURES)
+
+# Stage: the Rust API's documentation builds without a warning (broken
+# links, bad markup); its examples run in stage cargo-test.
+test-doc: | need-cargo
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps
+
+# Stage: the crate as a Rust user gets it. What `cargo package` would ship
+# (no fuzz corpus, C tests or build outputs), and a program outside the
+# repository that depends on it by path builds without cbindgen (the C ABI
+# is a feature it does not turn on) and runs.
+RUST_USER_DIR = $(CURDIR)/$(BUILD)/rust-user
+test-rust-user: | need-cargo
+	@$(CARGO) package --list --allow-dirty > $(BUILD)/package-list.txt
+	@if grep -Ev '^(src/|build\.rs|cbindgen\.toml|README\.md|CHANGELOG\.md|LICENSE-|docs/design\.md|Cargo\.(toml|toml\.orig|lock)$$|\.cargo_vcs_info\.json$$)' \
+	    $(BUILD)/package-list.txt; then echo "error: cargo package would ship the files above" >&2; exit 1; fi
+	@echo "cargo package ships $$(wc -l < $(BUILD)/package-list.txt) files: sources, build script, docs, licences"
+	@dir=$$(mktemp -d /tmp/eventq-rust-user.XXXXXX) && trap 'rm -rf "$$dir"' EXIT && \
+	  mkdir -p "$$dir/src" && cp tests/rust-user/src/main.rs "$$dir/src/" && \
+	  sed 's|@EVENTQ_PATH@|$(CURDIR)|' tests/rust-user/Cargo.toml.in > "$$dir/Cargo.toml" && \
+	  cd "$$dir" && CARGO_TARGET_DIR=$(RUST_USER_DIR)/target $(CARGO) tree -e normal,build > tree.txt && \
+	  if grep -q cbindgen tree.txt; then cat tree.txt; echo "error: a Rust user builds cbindgen" >&2; exit 1; fi && \
+	  echo "a Rust user's dependency tree: $$(grep -c . tree.txt) crates, no cbindgen" && \
+	  CARGO_TARGET_DIR=$(RUST_USER_DIR)/target $(CARGO) run -q
 
 # Stage: loom model checks of the channel's wake-up protocol (tests/loom.rs),
 # built with --cfg loom in a target dir of their own. Optimised: loom runs
@@ -170,7 +357,7 @@ test-loom loom: | need-cargo
 
 # Stage: the committed header equals a fresh generation.
 test-header: | need-cargo
-	CARGO="$(CARGO)" scripts/check-header.sh $(HEADER)
+	CARGO="$(CARGO)" CARGO_FEATURES="$(CARGO_FEATURES)" scripts/check-header.sh $(HEADER)
 
 # Stage: the header compiles and links, warning-free with -pedantic, as
 # every C standard from C99 and every C++ standard from C++11 (the header
@@ -297,7 +484,7 @@ demo: $(BUILD)/examples/$(DEMO)
 examples-c/$(DEMO).c:
 	@echo "error: examples-c/$(DEMO).c does not exist yet: nothing to demo" >&2; exit 1
 
-# --- Benchmark (issue 5) -----------------------------------------------------
+# --- Benchmark ---------------------------------------------------------------
 # `make bench`: benches/side_by_side.rs in a release build: libeventq against
 # crossbeam-channel, a semaphore-eventfd queue, a pipe and the seed's bare
 # eventfd, plus idle wake-up and ping-pong latency; prints one table (the
@@ -344,7 +531,7 @@ ifneq ($(filter clean,$(MAKECMDGOALS)),)
 endif
 
 # ============================================================================
-# Issue 6: proof under load, faults and bad input. Everything of issue 6 in
+# Proof under load, faults and bad input. Everything of it in
 # this Makefile is in this section (its test stages are appended to
 # TEST_STAGES here). The fault tests are tests/c/test_fault_*.c: the c-tests
 # stage runs them with the other C tests.
@@ -474,7 +661,7 @@ fuzz: $(NATIVE_LIBS) | need-cargo
 	  exit 1; }
 	@rm -f $(FUZZ_DIR).probe
 	CARGO_TARGET_DIR=$(FUZZ_TARGET_DIR) RUSTFLAGS="$(FUZZ_RUSTFLAGS)" \
-	  $(CARGO) rustc --release --lib --crate-type staticlib --target $(FUZZ_TRIPLE)
+	  $(CARGO) rustc --release --lib --crate-type staticlib $(CARGO_FEATURES) --target $(FUZZ_TRIPLE)
 	@mkdir -p $(FUZZ_DIR)/work $(FUZZ_DIR)/artifacts
 	$(CLANG) -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude \
 	  fuzz/fuzz_abi.c $(FUZZ_LIB) $$(cat $(NATIVE_LIBS)) -o $(FUZZ_BIN)
@@ -487,4 +674,4 @@ fuzz: $(NATIVE_LIBS) | need-cargo
 fuzz-merge:
 	@test -x $(FUZZ_BIN) || { echo "error: run make fuzz first" >&2; exit 1; }
 	$(FUZZ_BIN) -merge=1 $(FUZZ_CORPUS) $(FUZZ_DIR)/work
-# --- End of issue 6 section -------------------------------------------------
+# --- End of the load, fault and bad-input section ---------------------------

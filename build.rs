@@ -1,15 +1,22 @@
-//! Generates the C header from `src/ffi` and sets the shared library's
-//! soname and export list.
+//! With feature `capi` (the C library, `make`): generates the C header from
+//! `src/ffi` and sets the cdylib's soname. Without it (a Rust program using
+//! the crate) there is nothing to do.
 //!
 //! The header is written to `$OUT_DIR/eventq.h` on every build; the committed
 //! `include/eventq.h` is only rewritten when `EVENTQ_UPDATE_HEADER=1`
 //! (`make header`). A unit test compares the two, so a stale committed header
 //! fails `make test` instead of silently shipping.
 
-use std::env;
-use std::path::PathBuf;
+#[cfg(feature = "capi")]
+use std::{env, path::PathBuf};
 
 fn main() {
+    #[cfg(feature = "capi")]
+    capi();
+}
+
+#[cfg(feature = "capi")]
+fn capi() {
     let crate_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
     let major = env::var("CARGO_PKG_VERSION_MAJOR").unwrap();
@@ -55,6 +62,7 @@ fn main() {
     }
 }
 
+#[cfg(feature = "capi")]
 /// cbindgen leaves a blank line for each constant the config excludes; one
 /// blank line between items is enough.
 fn squeeze_blank_lines(text: &str) -> String {
@@ -75,6 +83,7 @@ fn squeeze_blank_lines(text: &str) -> String {
     out
 }
 
+#[cfg(feature = "capi")]
 /// Writes only on a change, so the header's mtime moves only when it does.
 fn write_if_changed(path: &std::path::Path, text: &str) {
     if std::fs::read_to_string(path).is_ok_and(|old| old == text) {

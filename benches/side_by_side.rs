@@ -1,5 +1,5 @@
 //! side_by_side: libeventq against its peers, the same work through each, in
-//! one run, one table (issue 5).
+//! one run, one table.
 //!
 //! Throughput, for 1P1C, 4P1C and 4P4C, 8-byte and 1 KiB messages, capacity
 //! 1024 everywhere a queue is bounded:
@@ -124,6 +124,9 @@ const CAPACITY: usize = 1024;
 const BATCH: usize = 64;
 const STOP: u64 = u64::MAX - 1;
 
+/// `--budget N`: the loop rows' channel-source budget instead of the default.
+static LOOP_BUDGET: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
 struct Cfg {
     smoke: bool,
     /// Messages per throughput configuration (split among producers).
@@ -154,9 +157,14 @@ impl Cfg {
                 "--msgs" => msgs = args.next().and_then(|v| v.parse().ok()),
                 "--filter" => filter = args.next(),
                 "--no-latency" => latency = false,
+                "--budget" => {
+                    if let Some(b) = args.next().and_then(|v| v.parse().ok()) {
+                        let _ = LOOP_BUDGET.set(b);
+                    }
+                }
                 _ => {
                     eprintln!(
-                        "usage: side_by_side [--smoke] [--reps N] [--msgs N] [--filter TEXT] [--no-latency]"
+                        "usage: side_by_side [--smoke] [--reps N] [--msgs N] [--filter TEXT] [--no-latency] [--budget N]"
                     );
                     std::process::exit(2);
                 }
@@ -475,7 +483,7 @@ impl Transport for EqEpoll {
         };
         EqEpollRx {
             chan: self.chan.clone(),
-            ep: Ep::new(&[self.chan.recv_fd()]),
+            ep: Ep::new(&[self.chan.recv_fd().as_raw_fd()]),
             batch: self.batch,
             buf: vec![0; buf_len],
             lens: vec![0; BATCH],
@@ -554,18 +562,22 @@ impl Transport for EqLoop {
         let done = Arc::new(AtomicBool::new(false));
         let out = Arc::new(Mutex::new(None));
         let (done2, out2) = (done.clone(), out.clone());
-        lp.add_chan(&self.chan, move |_, _, ev| {
-            match ev {
-                Event::Message(m) => tally.check(m),
-                Event::Closed => {
-                    *out2.lock().unwrap() = Some(std::mem::take(&mut tally));
-                    done2.store(true, Ordering::Release);
+        let id = lp
+            .add_chan(&self.chan, move |_, _, ev| {
+                match ev {
+                    Event::Message(m) => tally.check(m),
+                    Event::Closed => {
+                        *out2.lock().unwrap() = Some(std::mem::take(&mut tally));
+                        done2.store(true, Ordering::Release);
+                    }
+                    _ => {}
                 }
-                _ => {}
-            }
-            Ok(())
-        })
-        .expect("add_chan");
+                Ok(())
+            })
+            .expect("add_chan");
+        if let Some(&budget) = LOOP_BUDGET.get() {
+            lp.set_budget(id, budget).expect("set_budget");
+        }
         EqLoopRx { lp, done, out }
     }
 
@@ -1258,7 +1270,7 @@ fn idle_wakeup(kind: Idle, cfg: &Cfg, pacing: Pacing) -> Result<Vec<u64>, String
                 }
             }
             Idle::EqEpoll => {
-                let ep = Ep::new(&[chan.recv_fd()]);
+                let ep = Ep::new(&[chan.recv_fd().as_raw_fd()]);
                 tid.store(gettid(), Ordering::Release);
                 let mut evs = [NO_EVENT; 1];
                 let mut buf = [0u8; 8];
@@ -1384,7 +1396,7 @@ fn ping_pong(kind: PingPong, cfg: &Cfg) -> Result<Vec<u64>, String> {
                     }
                 }
                 PingPong::EqEpoll => {
-                    let ep = Ep::new(&[ab.recv_fd()]);
+                    let ep = Ep::new(&[ab.recv_fd().as_raw_fd()]);
                     loop {
                         ep.wait(&mut evs);
                         loop {
@@ -1408,7 +1420,7 @@ fn ping_pong(kind: PingPong, cfg: &Cfg) -> Result<Vec<u64>, String> {
         })
     };
     let ep_raw = Ep::new(&[ba_e.as_raw_fd()]);
-    let ep_eq = Ep::new(&[ba.recv_fd()]);
+    let ep_eq = Ep::new(&[ba.recv_fd().as_raw_fd()]);
     let mut evs = [NO_EVENT; 1];
     let mut buf = [0u8; 8];
     let mut samples = Vec::with_capacity(cfg.lat_iters);
@@ -1869,9 +1881,9 @@ fn main() {
     };
     let _ = writeln!(o);
     if cfg.smoke {
-        let _ = writeln!(o, "== issue 5 targets: not evaluated in smoke mode ==");
+        let _ = writeln!(o, "== targets: not evaluated in smoke mode ==");
     } else {
-        let _ = writeln!(o, "== issue 5 targets (ratios of the medians above) ==");
+        let _ = writeln!(o, "== targets (ratios of the medians above) ==");
     }
     let mut target = |what: String, eq: Peer, topo: Topo, size: usize, peer: Peer, want: f64| {
         if cfg.smoke {

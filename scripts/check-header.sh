@@ -12,7 +12,7 @@ cargo=${CARGO:-cargo}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-if ! "$cargo" build --release --message-format=json >"$tmp/messages.json" 2>"$tmp/stderr"; then
+if ! "$cargo" build --release ${CARGO_FEATURES:---features capi} --message-format=json >"$tmp/messages.json" 2>"$tmp/stderr"; then
     cat "$tmp/stderr" >&2
     echo "error: cargo build failed, cannot regenerate the header" >&2
     exit 1

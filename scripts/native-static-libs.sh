@@ -13,7 +13,7 @@ cargo=${CARGO:-cargo}
 mkdir -p "$(dirname "$out")"
 log=$out.log
 echo "native-static-libs: building the staticlib in $target_dir (only when dependencies change)"
-if ! CARGO_TARGET_DIR=$target_dir "$cargo" rustc --release --lib --crate-type staticlib \
+if ! CARGO_TARGET_DIR=$target_dir "$cargo" rustc --release --lib --crate-type staticlib ${CARGO_FEATURES:---features capi} \
         -- --print native-static-libs >"$log" 2>&1; then
     cat "$log" >&2
     echo "error: the staticlib build for --print native-static-libs failed" >&2

@@ -220,7 +220,7 @@ fi
 rust_lib() {
     local san=$1 dir=$CARGO_TARGET_DIR_BASE/sanitize-$1
     CARGO_TARGET_DIR=$dir RUSTFLAGS="-Zsanitizer=$san $abi_flag" \
-        rustup run nightly cargo rustc --release --lib --crate-type staticlib --target "$TRIPLE" \
+        rustup run nightly cargo rustc --release --lib --crate-type staticlib --features capi --target "$TRIPLE" \
         >"$OUT/rust-$san-build.log" 2>&1 || return 1
     echo "$dir/$TRIPLE/release/libeventq.a"
 }
@@ -228,7 +228,7 @@ CARGO_TARGET_DIR_BASE=${CARGO_TARGET_DIR:-target}
 
 # Tests left out of some runs (names of tests/c/test_*.c or tests/*.rs),
 # each for a reason measured here, not for a finding:
-#  - test_memcg, memcg (issue 7) drive real memory pressure in a cgroup (an
+#  - test_memcg, memcg drive real memory pressure in a cgroup (an
 #    allocating child, kernel notifications). Under TSan and valgrind both
 #    hung past their 60 s watchdogs (the allocation pattern and speed change
 #    under the tools); under ASan they pass and run.
@@ -267,7 +267,7 @@ rust_tests() {
         record "$variant" "Rust $(basename "$t" .rs)" "skipped (see SANITIZE_SKIP_* in this script)"; done
     run "$variant" "cargo +nightly test (Rust tests)" "$OUT/$variant/cargo-test.log" \
         env CARGO_TARGET_DIR="$CARGO_TARGET_DIR_BASE/sanitize-$san" RUSTFLAGS="-Zsanitizer=$san $abi_flag" "$@" \
-        rustup run nightly cargo test --no-fail-fast --target "$TRIPLE" "${targets[@]}"
+        rustup run nightly cargo test --no-fail-fast --features capi --target "$TRIPLE" "${targets[@]}"
     # libtest reports "test result: FAILED" for a test that failed on its own.
     if grep -q '^test result: FAILED' "$OUT/$variant/cargo-test.log"; then
         grep -E '^test .* FAILED|^failures:' "$OUT/$variant/cargo-test.log" | head

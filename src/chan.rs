@@ -28,6 +28,8 @@
 mod ring;
 
 use std::fmt;
+#[cfg(not(loom))]
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -299,6 +301,41 @@ impl Popped {
 /// A handle to a channel. Clone it to give each thread its own; the channel
 /// lives until the last handle is dropped. Any handle can send, receive and
 /// close.
+///
+/// A thread sends, another receives every message once, in order, then sees
+/// the end of the stream:
+///
+/// ```
+/// use eventq::{Chan, Error, Options, Wait};
+///
+/// let chan = Chan::new(Options::new(64))?;
+/// let tx = chan.clone();
+/// let producer = std::thread::spawn(move || -> eventq::Result<()> {
+///     for i in 0u32..100 {
+///         tx.send(&i.to_le_bytes(), Wait::Forever)?;
+///     }
+///     tx.close();
+///     Ok(())
+/// });
+/// let mut buf = [0u8; 4];
+/// let mut next = 0u32;
+/// loop {
+///     match chan.recv_into(&mut buf, Wait::Forever) {
+///         Ok(n) => {
+///             assert_eq!(u32::from_le_bytes(buf[..n].try_into().unwrap()), next);
+///             next += 1;
+///         }
+///         Err(Error::Closed) => break, // end of stream: all 100 arrived
+///         Err(e) => return Err(e),
+///     }
+/// }
+/// assert_eq!(next, 100);
+/// producer.join().unwrap()?;
+/// # Ok::<(), eventq::Error>(())
+/// ```
+///
+/// Its [`recv_fd`](Chan::recv_fd) can be polled by any event loop instead:
+/// it is readable exactly while messages are pending (or after close).
 #[derive(Clone)]
 pub struct Chan {
     shared: Arc<Shared>,
@@ -308,8 +345,8 @@ impl fmt::Debug for Chan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Chan")
             .field("limits", &self.shared.limits)
-            .field("recv_fd", &self.recv_fd())
-            .field("send_fd", &self.send_fd())
+            .field("recv_fd", &self.recv_raw_fd())
+            .field("send_fd", &self.send_raw_fd())
             .finish()
     }
 }
@@ -383,15 +420,28 @@ impl Chan {
     /// or the channel is closed (D4). Only poll it; never read or write it.
     /// Edge-triggered pollers may wait for the next event after a refused
     /// receive (D9).
-    pub fn recv_fd(&self) -> RawFd {
-        self.shared.recv_bell.as_raw_fd()
+    #[cfg(not(loom))]
+    pub fn recv_fd(&self) -> BorrowedFd<'_> {
+        self.shared.recv_bell.as_fd()
     }
 
     /// The fd to poll for room: not readable while the channel is full and
     /// open, readable again once it drains to the low-water mark or closes
     /// (D5). Only poll it; never read or write it. Edge-triggered pollers
     /// may wait for the next event after a refused send (D9).
-    pub fn send_fd(&self) -> RawFd {
+    #[cfg(not(loom))]
+    pub fn send_fd(&self) -> BorrowedFd<'_> {
+        self.shared.send_bell.as_fd()
+    }
+
+    /// `recv_fd` as a number, for the loop and the C ABI (and the loom
+    /// model, whose doorbells have no fd).
+    pub(crate) fn recv_raw_fd(&self) -> RawFd {
+        self.shared.recv_bell.as_raw_fd()
+    }
+
+    /// `send_fd` as a number.
+    pub(crate) fn send_raw_fd(&self) -> RawFd {
         self.shared.send_bell.as_raw_fd()
     }
 

@@ -12,13 +12,17 @@
 //! - [`event_loop`] (`src/loop.rs`): the epoll loop ([`Loop`]).
 //! - [`memcg`]: memory-pressure watches, a source kind of the loop.
 //! - [`sys`]: the fd wrappers (eventfd, epoll, timerfd, signalfd, poll).
-//! - `ffi`: the C ABI (`include/eventq.h`).
+//! - `ffi` (feature `capi`, for the C library only): the C ABI
+//!   (`include/eventq.h`).
 
 pub mod chan;
 pub mod error;
 #[path = "loop.rs"]
 pub mod event_loop;
-pub mod ffi;
+// The C ABI: exported from the C library's builds, not Rust API (its
+// functions take raw pointers that safe Rust could pass wrongly).
+#[cfg(feature = "capi")]
+mod ffi;
 pub mod memcg;
 mod source;
 mod sync;
@@ -27,3 +31,8 @@ pub mod sys;
 pub use chan::{Chan, Options, Stats, Wait};
 pub use error::{Error, Result};
 pub use event_loop::{Event, Loop, LoopHandle, SourceId};
+
+/// The README's Rust example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;

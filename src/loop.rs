@@ -31,7 +31,7 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::fmt;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -171,7 +171,7 @@ impl Entry {
         match &self.kind {
             Kind::Fd(fd) => *fd,
             Kind::Timer { tfd, .. } => tfd.as_raw_fd(),
-            Kind::Chan { chan, .. } => chan.recv_fd(),
+            Kind::Chan { chan, .. } => chan.recv_raw_fd(),
             Kind::Signal { sfd, .. } => sfd.as_raw_fd(),
             Kind::Owned(src) => src.fd(),
         }
@@ -290,6 +290,10 @@ struct Inner {
     /// How many stops were made: dispatch ends early once it moved since
     /// the iteration began.
     stops: AtomicU64,
+    /// Counts removals and disables of sources, so a channel source's
+    /// dispatch learns with one atomic load per message whether it must
+    /// look at the table (under its lock) before the next callback.
+    disables: AtomicU64,
     /// Channel sources' receive buffer, grown to the largest message seen.
     /// Only the running thread dispatches and it takes the buffer out for
     /// the duration, so the lock is never contended.
@@ -299,6 +303,35 @@ struct Inner {
 /// An event loop. `Send + Sync`: sources can be added, changed and removed
 /// from any thread, and `stop`/`post` called from any thread, while one
 /// thread runs it.
+///
+/// A channel source calls back once per message, then once at the end of
+/// the stream:
+///
+/// ```
+/// use eventq::{Chan, Event, Loop, Options, Wait};
+///
+/// let lp = Loop::new()?;
+/// let chan = Chan::new(Options::new(16))?;
+/// let mut got = Vec::new();
+/// let (tx, done) = std::sync::mpsc::channel();
+/// lp.add_chan(&chan, move |lp, _id, ev| {
+///     match ev {
+///         Event::Message(m) => got.push(m.to_vec()),
+///         Event::Closed => {
+///             tx.send(std::mem::take(&mut got)).unwrap();
+///             lp.stop();
+///         }
+///         _ => {}
+///     }
+///     Ok(())
+/// })?;
+/// chan.send(b"one", Wait::Never)?;
+/// chan.send(b"two", Wait::Never)?;
+/// chan.close();
+/// lp.run()?;
+/// assert_eq!(done.recv().unwrap(), [b"one".to_vec(), b"two".to_vec()]);
+/// # Ok::<(), eventq::Error>(())
+/// ```
 pub struct Loop {
     inner: Arc<Inner>,
 }
@@ -313,7 +346,9 @@ pub struct LoopHandle {
 
 impl fmt::Debug for Loop {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Loop").field("fd", &self.fd()).finish()
+        f.debug_struct("Loop")
+            .field("fd", &self.inner.epoll.as_raw_fd())
+            .finish()
     }
 }
 
@@ -356,6 +391,7 @@ impl Loop {
             wake,
             stop: AtomicBool::new(false),
             stops: AtomicU64::new(0),
+            disables: AtomicU64::new(0),
             scratch: Mutex::new(Vec::new()),
         });
         Ok(Loop { inner })
@@ -371,8 +407,8 @@ impl Loop {
     /// The loop's own fd (its epoll fd): readable while some source has
     /// work. Poll it from another loop and call `run_once(Some(ZERO))` when
     /// it is readable to embed this loop there.
-    pub fn fd(&self) -> RawFd {
-        self.inner.epoll.as_raw_fd()
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.inner.epoll.as_fd()
     }
 
     fn entry(&self, kind: Kind, events: u32, callback: Option<Callback>) -> Entry {
@@ -408,7 +444,7 @@ impl Loop {
         if tab.fds.contains(&fd) {
             return Err(Error::Os(std::io::Error::from_raw_os_error(libc::EEXIST)));
         }
-        if fd == self.inner.wake.as_raw_fd() || fd == self.fd() {
+        if fd == self.inner.wake.as_raw_fd() || fd == self.inner.epoll.as_raw_fd() {
             return Err(Error::Invalid("the fd belongs to the loop"));
         }
         if tab.slots.len() >= u32::MAX as usize - 1 && tab.free.is_empty() {
@@ -563,6 +599,7 @@ impl Loop {
     pub fn remove(&self, id: SourceId) -> Result<()> {
         let mut tab = self.inner.table.lock();
         let entry = tab.take(id).ok_or(Error::Stale)?;
+        self.inner.disables.fetch_add(1, Ordering::Release);
         if entry.registered {
             // The fd may already be closed by its owner; that removed it.
             let _ = self.inner.epoll.delete(entry.fd());
@@ -596,6 +633,9 @@ impl Loop {
         } else if !enabled && entry.registered {
             let _ = self.inner.epoll.delete(fd);
             entry.registered = false;
+        }
+        if !enabled && entry.enabled {
+            self.inner.disables.fetch_add(1, Ordering::Release);
         }
         entry.enabled = enabled;
         Ok(())
@@ -861,6 +901,7 @@ impl Loop {
         tab.running = Some(id);
         drop(tab);
         let mut buf = std::mem::take(&mut *self.inner.scratch.lock());
+        let mut disables = self.inner.disables.load(Ordering::Acquire);
         let mut calls = 0;
         let mut result = Ok(());
         while calls < budget {
@@ -886,8 +927,17 @@ impl Loop {
                 }
                 Err(_) => break,
             }
-            if result.is_err() || !self.is_live(id) || self.stopped(since) {
+            if result.is_err() || self.stopped(since) {
                 break;
+            }
+            // A callback may have removed or disabled this source (or
+            // another thread did): only then is the table worth a look.
+            let now = self.inner.disables.load(Ordering::Acquire);
+            if now != disables {
+                disables = now;
+                if !self.is_live(id) {
+                    break;
+                }
             }
         }
         *self.inner.scratch.lock() = buf;
@@ -999,6 +1049,7 @@ impl Inner {
 impl LoopHandle {
     /// The loop, while it exists. A `Loop` made here does not own the loop:
     /// dropping it only releases this reference.
+    #[cfg(feature = "capi")]
     pub(crate) fn upgrade(&self) -> Result<Loop> {
         self.inner
             .upgrade()
@@ -1030,4 +1081,11 @@ fn check_events(events: u32) -> Result<()> {
         return Err(Error::Invalid("events must include IN, OUT, PRI or RDHUP"));
     }
     Ok(())
+}
+
+impl AsFd for Loop {
+    /// The loop's own fd, as [`Loop::fd`].
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd()
+    }
 }

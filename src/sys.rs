@@ -4,7 +4,7 @@
 //! here is `O_CLOEXEC | O_NONBLOCK` and closed on drop; `EINTR` is retried.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 /// Runs a libc call and turns `-1` into the thread's `errno` as an
@@ -95,6 +95,12 @@ impl AsRawFd for EventFd {
     }
 }
 
+impl AsFd for EventFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
 /// Polls one fd for `events` (`libc::POLLIN`, ...) and returns the revents,
 /// 0 on timeout. `None` waits without limit.
 pub fn poll_fd(fd: RawFd, events: i16, timeout: Option<Duration>) -> io::Result<i16> {
@@ -164,6 +170,12 @@ impl Epoll {
         };
         let max = events.len().min(i32::MAX as usize) as i32;
         syscall!(epoll_wait(self.0.as_raw_fd(), events.as_mut_ptr(), max, ms)).map(|n| n as usize)
+    }
+}
+
+impl AsFd for Epoll {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
     }
 }
 

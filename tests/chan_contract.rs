@@ -8,6 +8,7 @@
 
 mod common;
 
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
@@ -155,10 +156,10 @@ fn d4_close_of_empty_channel_makes_readable() {
 fn d4_fds_nonblocking_cloexec_distinct_and_shared_by_clones() {
     let ch = chan(Options::new(4));
     let c2 = ch.clone();
-    assert_ne!(ch.recv_fd(), ch.send_fd());
-    assert_eq!(ch.recv_fd(), c2.recv_fd());
-    assert_eq!(ch.send_fd(), c2.send_fd());
-    for fd in [ch.recv_fd(), ch.send_fd()] {
+    assert_ne!(ch.recv_fd().as_raw_fd(), ch.send_fd().as_raw_fd());
+    assert_eq!(ch.recv_fd().as_raw_fd(), c2.recv_fd().as_raw_fd());
+    assert_eq!(ch.send_fd().as_raw_fd(), c2.send_fd().as_raw_fd());
+    for fd in [ch.recv_fd().as_raw_fd(), ch.send_fd().as_raw_fd()] {
         // SAFETY: fcntl queries on fds the channel keeps open.
         let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
         let fdfl = unsafe { libc::fcntl(fd, libc::F_GETFD) };
@@ -513,7 +514,7 @@ fn d5_event_loop_producer_wakes_on_send_fd_at_low_water() {
                 attempts += 1;
                 match tx.send(b"late", Wait::Never) {
                     Ok(()) => return attempts,
-                    Err(Error::WouldBlock) => wait_readable(tx.send_fd(), "send fd"),
+                    Err(Error::WouldBlock) => wait_readable(tx.send_fd().as_raw_fd(), "send fd"),
                     Err(e) => panic!("{e:?}"),
                 }
             }
@@ -644,7 +645,7 @@ fn d6_close_wakes_every_blocked_receiver() {
                             _ => {
                                 // A poll-loop receiver.
                                 loop {
-                                    wait_readable(rx.recv_fd(), "receiver poll");
+                                    wait_readable(rx.recv_fd().as_raw_fd(), "receiver poll");
                                     match rx.recv(Wait::Never) {
                                         Err(Error::WouldBlock) => continue,
                                         r => break r,
@@ -702,7 +703,7 @@ fn d6_close_wakes_every_blocked_sender_and_keeps_the_queue() {
                             _ => loop {
                                 match tx.send(&m, Wait::Never) {
                                     Err(Error::WouldBlock) => {
-                                        wait_readable(tx.send_fd(), "sender poll")
+                                        wait_readable(tx.send_fd().as_raw_fd(), "sender poll")
                                     }
                                     r => break r,
                                 }

@@ -11,6 +11,7 @@
 
 mod common;
 
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Barrier;
 use std::thread;
@@ -95,7 +96,10 @@ fn produce(
                     Err(Error::TimedOut) => Ok(0),
                     Err(Error::WouldBlock) => {
                         assert_eq!(wait, Wait::Never);
-                        wait_readable(ch.send_fd(), "event-loop producer on the send fd");
+                        wait_readable(
+                            ch.send_fd().as_raw_fd(),
+                            "event-loop producer on the send fd",
+                        );
                         Ok(0)
                     }
                     Ok(0) => panic!("send_batch of {k} accepted none without an error"),
@@ -201,7 +205,7 @@ fn consume(ch: &Chan, seed: u64, poll_consumer: bool, role: ConsumerRole<'_>) ->
     let mut lens = [0usize; 16];
     loop {
         if poll_consumer {
-            wait_readable(ch.recv_fd(), "poll consumer on the receive fd");
+            wait_readable(ch.recv_fd().as_raw_fd(), "poll consumer on the receive fd");
             // Drain: a readable fd with nothing to take is allowed only as
             // a transient race, and then the receive says WouldBlock.
             loop {
@@ -507,7 +511,9 @@ fn epoll_edge_triggered_consumer_gets_every_message() {
                 events: (libc::EPOLLIN | libc::EPOLLET) as u32,
                 u64: 7,
             };
-            let rc = unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, rx.recv_fd(), &mut ev) };
+            let rc = unsafe {
+                libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, rx.recv_fd().as_raw_fd(), &mut ev)
+            };
             assert_eq!(rc, 0);
             let mut log = Vec::new();
             let mut wakeups = 0u64;

@@ -240,7 +240,7 @@ fn chan_source_d1_d2_d3_with_four_producers() {
     assert_eq!((st.sent, st.received, st.pending), (40_000, 40_000, 0));
     // End of stream disabled the source: nothing more, loop fd idle.
     assert_eq!(lp.run_once(Some(Duration::ZERO)).unwrap(), 0);
-    assert!(!readable(lp.fd()));
+    assert!(!readable(lp.fd().as_raw_fd()));
     assert_eq!(lp.source_error(id).unwrap(), 0);
     assert_eq!(tally.lock().closed, 1);
 }
@@ -354,7 +354,7 @@ fn chan_source_exact_budgets_on_a_full_channel() {
     assert_eq!(lp.run_once(zero).unwrap(), 1);
     assert_eq!(nclosed.load(SeqCst), 1, "Event::Closed once");
     assert_eq!(lp.run_once(zero).unwrap(), 0, "then disabled");
-    assert!(!readable(lp.fd()));
+    assert!(!readable(lp.fd().as_raw_fd()));
 }
 
 #[test]
@@ -490,7 +490,7 @@ fn failing_callback_disables_its_source_and_reports_the_error() {
     );
     assert_eq!(lp.source_error(id).unwrap(), libc::EIO);
     assert_eq!(lp.run_once(zero).unwrap(), 0, "disabled");
-    assert!(!readable(lp.fd()));
+    assert!(!readable(lp.fd().as_raw_fd()));
     assert_eq!(chan.stats().pending, 6, "nothing lost");
     fail.store(false, SeqCst);
     lp.set_enabled(id, true).unwrap();
@@ -620,7 +620,7 @@ fn chan_callback_removing_itself_stops_within_the_budget() {
     assert_eq!(dropped.load(SeqCst), 1);
     assert_eq!(chan.stats().pending, 19);
     assert_eq!(lp.run_once(Some(Duration::ZERO)).unwrap(), 0);
-    assert!(!readable(lp.fd()));
+    assert!(!readable(lp.fd().as_raw_fd()));
 }
 
 /// Sources of every kind, all ready before the next iteration: two pipes,
@@ -656,7 +656,7 @@ fn make_ready(lp: &Loop, signo: i32, act: Act) -> Ready {
     let t = lp
         .add_timer(Duration::from_nanos(1), Duration::ZERO, cb())
         .unwrap();
-    wait_readable(lp.fd());
+    wait_readable(lp.fd().as_raw_fd());
     let pipes = vec![pipe(), pipe()];
     let p0 = lp.add_fd(pipes[0].0.as_raw_fd(), IN, cb()).unwrap();
     let p1 = lp.add_fd(pipes[1].0.as_raw_fd(), IN, cb()).unwrap();
@@ -763,7 +763,10 @@ fn removing_every_source_from_one_callback() {
         "all dropped once"
     );
     assert_eq!(lp.run_once(Some(Duration::ZERO)).unwrap(), 0);
-    assert!(!readable(lp.fd()), "loop fd idle though every fd is ready");
+    assert!(
+        !readable(lp.fd().as_raw_fd()),
+        "loop fd idle though every fd is ready"
+    );
     // The loop still works.
     let ran = counter();
     let r = ran.clone();
@@ -901,7 +904,7 @@ fn dropping_the_loop_drops_every_callback_once_and_no_pending_post_runs() {
     // expired; it fires (and disables itself) in the runs below.
     lp.add_timer(Duration::from_nanos(1), Duration::ZERO, cb!(8))
         .unwrap();
-    wait_readable(lp.fd());
+    wait_readable(lp.fd().as_raw_fd());
     lp.add_fd(r.as_raw_fd(), IN, cb!(0)).unwrap();
     lp.add_timer(Duration::from_secs(100), Duration::ZERO, cb!(1))
         .unwrap();

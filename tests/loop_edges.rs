@@ -2,6 +2,7 @@
 //! leaves nothing behind, a stop inside a callback that runs nothing more
 //! and loses nothing, ids that belong to their loop, a non-blocking fd.
 
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,17 +33,23 @@ fn end_of_stream_is_delivered_once_even_after_re_enabling() {
     }
     assert_eq!(eos.load(Ordering::SeqCst), 1);
     // The re-enabled source disabled itself again: the loop is idle.
-    assert!(!is_readable(lp.fd()).unwrap());
+    assert!(!is_readable(lp.fd().as_raw_fd()).unwrap());
 }
 
 #[test]
 fn stop_leaves_the_loop_fd_idle() {
     let lp = Loop::new().unwrap();
-    assert!(!is_readable(lp.fd()).unwrap());
+    assert!(!is_readable(lp.fd().as_raw_fd()).unwrap());
     lp.stop();
-    assert!(is_readable(lp.fd()).unwrap(), "stop wakes the loop");
+    assert!(
+        is_readable(lp.fd().as_raw_fd()).unwrap(),
+        "stop wakes the loop"
+    );
     lp.run().unwrap();
-    assert!(!is_readable(lp.fd()).unwrap(), "run consumed the wake-up");
+    assert!(
+        !is_readable(lp.fd().as_raw_fd()).unwrap(),
+        "run consumed the wake-up"
+    );
 }
 
 #[test]
@@ -50,7 +57,7 @@ fn stop_seen_by_run_once_does_not_keep_an_embedder_awake() {
     let lp = Loop::new().unwrap();
     lp.stop();
     assert_eq!(lp.run_once(Some(Duration::ZERO)).unwrap(), 0);
-    assert!(!is_readable(lp.fd()).unwrap());
+    assert!(!is_readable(lp.fd().as_raw_fd()).unwrap());
     // The stop is still pending: this run returns without any event.
     lp.run().unwrap();
 }
@@ -134,7 +141,7 @@ fn an_id_of_one_loop_means_nothing_to_another() {
 #[test]
 fn the_loop_fd_is_nonblocking_and_cloexec() {
     let lp = Loop::new().unwrap();
-    let flags = fd_flags(lp.fd());
+    let flags = fd_flags(lp.fd().as_raw_fd());
     assert_ne!(flags & libc::O_NONBLOCK, 0);
     assert_ne!(flags & libc::O_CLOEXEC, 0);
 }

@@ -146,7 +146,7 @@ fn one_shot_timers_fire_in_deadline_order_and_rearm() {
     run_until(3);
     assert_eq!(*order.lock(), vec![1, 40, 80]);
     assert_eq!(lp.run_once(ZERO).unwrap(), 0, "fired one-shots stay quiet");
-    assert!(!readable(lp.fd()));
+    assert!(!readable(lp.fd().as_raw_fd()));
 
     lp.set_timer(ids[0], MS, Duration::ZERO).unwrap();
     run_until(4);
@@ -417,9 +417,9 @@ fn level_triggered_fd_and_disable_enable_and_hup() {
     let log = Arc::new(Mutex::new(FdLog::default()));
     let id = lp.add_fd(r.as_raw_fd(), IN, fd_logger(&log)).unwrap();
     assert_eq!(lp.run_once(ZERO).unwrap(), 0);
-    assert!(!readable(lp.fd()));
+    assert!(!readable(lp.fd().as_raw_fd()));
     write_all(w.as_raw_fd(), b"ab");
-    assert!(readable(lp.fd()));
+    assert!(readable(lp.fd().as_raw_fd()));
     for _ in 0..3 {
         assert_eq!(lp.run_once(ZERO).unwrap(), 1, "fires while unread");
     }
@@ -428,13 +428,13 @@ fn level_triggered_fd_and_disable_enable_and_hup() {
     assert_eq!(lp.run_once(ZERO).unwrap(), 1, "one byte left");
     read_one(r.as_raw_fd());
     assert_eq!(lp.run_once(ZERO).unwrap(), 0);
-    assert!(!readable(lp.fd()));
+    assert!(!readable(lp.fd().as_raw_fd()));
 
     write_all(w.as_raw_fd(), b"c");
     lp.set_enabled(id, false).unwrap();
     lp.set_enabled(id, false).unwrap();
     assert_eq!(lp.run_once(ZERO).unwrap(), 0, "disabled");
-    assert!(!readable(lp.fd()));
+    assert!(!readable(lp.fd().as_raw_fd()));
     lp.set_enabled(id, true).unwrap();
     lp.set_enabled(id, true).unwrap();
     assert_eq!(lp.run_once(ZERO).unwrap(), 1, "enabled");
@@ -500,7 +500,7 @@ fn oneshot_fd_fires_once_until_reenabled() {
     write_all(w.as_raw_fd(), b"x");
     assert_eq!(lp.run_once(ZERO).unwrap(), 1);
     assert_eq!(lp.run_once(ZERO).unwrap(), 0, "unread data, still quiet");
-    assert!(!readable(lp.fd()));
+    assert!(!readable(lp.fd().as_raw_fd()));
     write_all(w.as_raw_fd(), b"y");
     assert_eq!(lp.run_once(ZERO).unwrap(), 0);
     lp.set_enabled(id, true).unwrap();
@@ -600,7 +600,7 @@ fn failing_fd_and_timer_callbacks_are_disabled() {
     assert_eq!(lp.run_once(ZERO).unwrap(), 1);
     assert_eq!(lp.source_error(id).unwrap(), libc::ECONNRESET);
     assert_eq!(lp.run_once(ZERO).unwrap(), 0);
-    assert!(!readable(lp.fd()));
+    assert!(!readable(lp.fd().as_raw_fd()));
     fail.store(false, SeqCst);
     lp.set_enabled(id, true).unwrap();
     assert_eq!(lp.run_once(ZERO).unwrap(), 1);
@@ -784,7 +784,7 @@ fn bug_concurrent_add_signal_of_one_signal_one_gets_busy() {
 #[test]
 fn embedded_loop_fd_is_readable_exactly_while_work_is_pending() {
     let lp = Loop::new().unwrap();
-    let fd = lp.fd();
+    let fd = lp.fd().as_raw_fd();
     assert!(!readable(fd), "a new loop is idle");
     // SAFETY: F_GETFD on an open fd.
     assert!(unsafe { libc::fcntl(fd, libc::F_GETFD) } & libc::FD_CLOEXEC != 0);
@@ -925,7 +925,7 @@ fn bad_fds_and_flags() {
     for fine in [IN, PRI, OUT, RDHUP, IN | ERR | HUP, IN | EDGE, IN | ONESHOT] {
         lp.set_events(id, fine).unwrap();
     }
-    let e = lp.add_fd(lp.fd(), IN, ok).unwrap_err();
+    let e = lp.add_fd(lp.fd().as_raw_fd(), IN, ok).unwrap_err();
     assert_eq!(e.errno(), libc::EINVAL, "the loop's own fd: {e:?}");
     let other = Loop::new().unwrap();
     let e = other.add_signal(libc::SIGRTMIN() + 7, ok).map(|_| ());

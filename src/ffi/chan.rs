@@ -329,7 +329,7 @@ pub extern "C" fn eventq_chan_free_final(
 /// Thread safety: any thread.
 #[no_mangle]
 pub extern "C" fn eventq_chan_recv_fd(chan: *const eventq_chan) -> c_int {
-    boundary!(PANIC, { check!(chan_ref(chan)).recv_fd() })
+    boundary!(PANIC, { check!(chan_ref(chan)).recv_raw_fd() })
 }
 
 /// The fd to poll for room: not readable while the channel is full and open;
@@ -347,7 +347,7 @@ pub extern "C" fn eventq_chan_recv_fd(chan: *const eventq_chan) -> c_int {
 /// Thread safety: any thread.
 #[no_mangle]
 pub extern "C" fn eventq_chan_send_fd(chan: *const eventq_chan) -> c_int {
-    boundary!(PANIC, { check!(chan_ref(chan)).send_fd() })
+    boundary!(PANIC, { check!(chan_ref(chan)).send_raw_fd() })
 }
 
 /// Queues a copy of the `len` bytes at `data` (NULL only with len 0; empty

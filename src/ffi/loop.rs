@@ -7,6 +7,7 @@
 //! -ESTALE instead of touching freed memory.
 
 use std::ffi::{c_int, c_void};
+use std::os::fd::AsRawFd;
 use std::ptr;
 use std::time::Duration;
 
@@ -242,7 +243,7 @@ pub extern "C" fn eventq_loop_free(lp: *mut eventq_loop) {
 /// Thread safety: any thread.
 #[no_mangle]
 pub extern "C" fn eventq_loop_fd(lp: *const eventq_loop) -> c_int {
-    boundary!(PANIC, { check!(loop_ref(lp)).fd() })
+    boundary!(PANIC, { check!(loop_ref(lp)).fd().as_raw_fd() })
 }
 
 /// Runs the loop until `eventq_loop_stop`. Returns 0 when stopped; -EBUSY if

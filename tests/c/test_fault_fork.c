@@ -4,7 +4,7 @@
  * A child inherits a copy of every handle's memory but shares the parent's
  * open files: each channel's two eventfds, and a loop's epoll, eventfd,
  * timerfd and signalfd. What this tests is the rule proposed for the
- * header (see the report of issue 6):
+ * header:
  *
  *   After fork(), the child must not call any eventq_* function on a handle
  *   it inherited, eventq_*_free included: it may exec (every library fd is

@@ -9,6 +9,7 @@
 
 #![allow(dead_code)]
 
+use std::os::fd::AsRawFd;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
@@ -25,12 +26,12 @@ pub fn readable(fd: RawFd) -> bool {
 
 /// Whether the channel's receive fd is readable now.
 pub fn recv_ready(ch: &Chan) -> bool {
-    readable(ch.recv_fd())
+    readable(ch.recv_fd().as_raw_fd())
 }
 
 /// Whether the channel's send fd is readable now.
 pub fn send_ready(ch: &Chan) -> bool {
-    readable(ch.send_fd())
+    readable(ch.send_fd().as_raw_fd())
 }
 
 /// Blocks in poll(2) until `fd` is readable. Panics if that takes longer

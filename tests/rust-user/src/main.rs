@@ -1,0 +1,45 @@
+//! A user's program: producers on threads, a loop receiving every message.
+use eventq::{Chan, Event, Loop, Options, Wait};
+
+fn main() -> eventq::Result<()> {
+    let lp = Loop::new()?;
+    let chan = Chan::new(Options::new(8))?;
+    let producers: Vec<_> = (0..4u8)
+        .map(|p| {
+            let tx = chan.clone();
+            std::thread::spawn(move || {
+                for i in 0..1000u32 {
+                    let mut m = vec![p];
+                    m.extend_from_slice(&i.to_le_bytes());
+                    tx.send(&m, Wait::Forever).expect("send");
+                }
+            })
+        })
+        .collect();
+    let mut next = [0u32; 4];
+    lp.add_chan(&chan, move |lp, _, ev| {
+        match ev {
+            Event::Message(m) => {
+                let (p, i) = (m[0] as usize, u32::from_le_bytes(m[1..5].try_into().unwrap()));
+                assert_eq!(i, next[p], "producer {p}: out of order or lost");
+                next[p] += 1;
+            }
+            Event::Closed => {
+                assert_eq!(next, [1000; 4], "every message once");
+                lp.stop();
+            }
+            _ => {}
+        }
+        Ok(())
+    })?;
+    let closer = std::thread::spawn(move || {
+        for p in producers {
+            p.join().unwrap();
+        }
+        chan.close();
+    });
+    lp.run()?;
+    closer.join().unwrap();
+    println!("rust-user: 4000 messages from 4 threads through a loop, each once and in order");
+    Ok(())
+}
