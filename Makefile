@@ -675,3 +675,67 @@ fuzz-merge:
 	@test -x $(FUZZ_BIN) || { echo "error: run make fuzz first" >&2; exit 1; }
 	$(FUZZ_BIN) -merge=1 $(FUZZ_CORPUS) $(FUZZ_DIR)/work
 # --- End of the load, fault and bad-input section ---------------------------
+
+# ============================================================================
+# Python binding (bindings/python). Everything of it in this Makefile is in
+# this section; its test stage is appended to TEST_STAGES here.
+#
+#   make test-python   a venv in build/py-venv (python3 -m venv; pip installs
+#                      cffi, pytest, pytest-timeout, trio (the README's trio
+#                      example) from PyPI and bindings/python from the
+#                      tree), pointed at the test install, then
+#                      pytest on bindings/python/tests; no tests collected
+#                      is a failure
+#   make bench-python  thread-to-asyncio hand-off of small messages: eventq
+#                      against call_soon_threadsafe + asyncio.Queue and
+#                      queue.Queue through an executor (BENCH_PY_ARGS passes
+#                      options, e.g. --msgs 100000)
+# ============================================================================
+TEST_STAGES += python
+
+PYTHON3       ?= python3
+PY_DIR        := bindings/python
+PY_VENV       := $(BUILD)/py-venv
+PY            := $(CURDIR)/$(PY_VENV)/bin/python
+PY_TIMEOUT    ?= 60
+PYTEST_ARGS   ?=
+BENCH_PY_ARGS ?=
+PY_SOURCES    := $(shell find $(PY_DIR)/eventq -type f -name '*.py' 2>/dev/null) \
+                 $(PY_DIR)/eventq/py.typed $(PY_DIR)/pyproject.toml $(PY_DIR)/README.md
+# The package finds the test install through EVENTQ_LIBRARY; the tests build
+# their C helper with pkg-config. Run from build/, so `import eventq` is the
+# installed package, and without writing bytecode into the tree.
+PY_ENV = EVENTQ_LIBRARY=$(TEST_PREFIX)/lib/$(SONAME) PKG_CONFIG_PATH=$(TEST_PC_PATH) \
+         PKG_CONFIG="$(PKG_CONFIG)" CC="$(CC)" PYTHONDONTWRITEBYTECODE=1
+
+.PHONY: test-python bench-python need-python-venv
+
+need-python-venv:
+	@$(PYTHON3) -c 'import venv, ensurepip' 2>/dev/null || { \
+	  echo "error: $(PYTHON3) cannot make a venv with pip (no venv/ensurepip module)." >&2; \
+	  echo "       On Debian/Ubuntu: apt-get install python3-venv" >&2; exit 1; }
+
+# The venv and its tools, made once (delete build/py-venv to refresh them).
+$(PY_VENV)/.tools: | need-python-venv
+	rm -rf $(PY_VENV)
+	$(PYTHON3) -m venv $(PY_VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -U pip setuptools wheel cffi pytest pytest-timeout trio
+	@touch $@
+
+# The package, reinstalled when it changes; built from a copy in build/ so
+# setuptools leaves nothing in the source tree.
+$(PY_VENV)/.installed: $(PY_VENV)/.tools $(PY_SOURCES)
+	rm -rf $(BUILD)/py-src && mkdir -p $(BUILD)/py-src
+	cp -R $(PY_DIR)/pyproject.toml $(PY_DIR)/README.md $(PY_DIR)/eventq $(BUILD)/py-src/
+	$(PY) -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps \
+	  --force-reinstall $(BUILD)/py-src
+	@touch $@
+
+test-python: $(PY_VENV)/.installed $(TEST_STAMP) | need-cc need-pkg-config
+	@cd $(BUILD) && $(PY_ENV) $(PY) -m pytest -p no:cacheprovider --timeout $(PY_TIMEOUT) \
+	  $(PYTEST_ARGS) $(CURDIR)/$(PY_DIR)/tests; rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+bench-python: $(PY_VENV)/.installed $(TEST_STAMP)
+	cd $(BUILD) && $(PY_ENV) $(PY) $(CURDIR)/$(PY_DIR)/bench/handoff.py $(BENCH_PY_ARGS)
+# --- End of Python binding section -----------------------------------------

@@ -1,3 +1,5 @@
+//go:build linux
+
 package eventq_test
 
 import (
@@ -9,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	eventq "github.com/libeventq/eventq-go"
+	eventq "github.com/libeventq/libeventq/bindings/go"
 )
 
 // Tests of RecvBatchInto and SendPacked: the same contract as the other

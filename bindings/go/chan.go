@@ -1,3 +1,5 @@
+//go:build linux
+
 package eventq
 
 /*
@@ -979,6 +981,27 @@ var parkHook atomic.Pointer[func(*Chan, direction)]
 // aLongTimeAgo is a deadline in the past: setting it wakes a waiter now.
 var aLongTimeAgo = time.Unix(1, 0)
 
+// deadlineWhenDone makes reads of f fail with os.ErrDeadlineExceeded once
+// ctx is done (context.AfterFunc sets a deadline in the past). The
+// function it returns ends the watch; if the deadline was set (or is being
+// set), it waits for that and clears it, so f can be waited on again.
+func deadlineWhenDone(ctx context.Context, f *os.File) (unwatch func()) {
+	if ctx.Done() == nil {
+		return func() {}
+	}
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		f.SetReadDeadline(aLongTimeAgo)
+		close(fired)
+	})
+	return func() {
+		if !stop() {
+			<-fired
+			f.SetReadDeadline(time.Time{})
+		}
+	}
+}
+
 // wait parks the goroutine in the netpoller on the channel's receive or
 // send fd until op, a non-blocking attempt, returns something other than
 // -EAGAIN; it returns that code. op runs inside SyscallConn().Read: a
@@ -997,15 +1020,7 @@ func (c *Chan) wait(ctx context.Context, d direction, op func() C.int) (C.int, e
 	if err != nil {
 		return 0, err
 	}
-	var stop func() bool
-	var fired chan struct{}
-	if ctx.Done() != nil {
-		fired = make(chan struct{})
-		stop = context.AfterFunc(ctx, func() {
-			w.f.SetReadDeadline(aLongTimeAgo)
-			close(fired)
-		})
-	}
+	unwatch := deadlineWhenDone(ctx, w.f)
 	var rc C.int
 	rerr := w.conn.Read(func(uintptr) bool {
 		if rc = op(); rc != eagain {
@@ -1016,12 +1031,7 @@ func (c *Chan) wait(ctx context.Context, d direction, op func() C.int) (C.int, e
 		}
 		return false
 	})
-	if stop != nil && !stop() {
-		// The deadline was (or is being) set: wait for it, then clear it
-		// before the waiter goes back to the pool.
-		<-fired
-		w.f.SetReadDeadline(time.Time{})
-	}
+	unwatch() // before the waiter goes back to the pool
 	c.putWaiter(d, w)
 	switch {
 	case rerr == nil:

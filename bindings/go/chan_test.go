@@ -1,3 +1,5 @@
+//go:build linux
+
 package eventq_test
 
 import (
@@ -11,7 +13,7 @@ import (
 	"testing"
 	"unsafe"
 
-	eventq "github.com/libeventq/eventq-go"
+	eventq "github.com/libeventq/libeventq/bindings/go"
 )
 
 // readable polls fd without waiting.

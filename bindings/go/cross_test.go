@@ -1,3 +1,5 @@
+//go:build linux
+
 package eventq_test
 
 import (
@@ -5,8 +7,8 @@ import (
 	"context"
 	"testing"
 
-	eventq "github.com/libeventq/eventq-go"
-	"github.com/libeventq/eventq-go/internal/ctest"
+	eventq "github.com/libeventq/libeventq/bindings/go"
+	"github.com/libeventq/libeventq/bindings/go/internal/ctest"
 )
 
 // The Go and C sides build the same bytes and accept each other's.

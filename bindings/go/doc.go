@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package eventq is the Go binding of libeventq: per-event message delivery
 // between threads and into event loops, with a Rust core behind a C ABI.
 //
@@ -12,8 +14,10 @@
 // caller stops.
 //
 // A [Loop] is libeventq's epoll dispatcher, with Go callbacks for fd,
-// timer, channel and signal sources, posts from any goroutine, and panics
-// in callbacks recovered and returned as errors.
+// timer, channel and signal sources, posts from any goroutine ([Loop.Post],
+// or [Loop.PostWait] to wait for room), panics in callbacks recovered and
+// returned as errors, and runtime.Goexit in a callback ending the goroutine
+// that runs the loop without breaking the loop.
 //
 // # Errors
 //

@@ -1,3 +1,5 @@
+//go:build linux
+
 package eventq
 
 // #include <eventq.h>
@@ -53,6 +55,12 @@ var (
 	// goroutine at a time, and not from inside a callback). Wraps
 	// syscall.EBUSY.
 	ErrBusy error = &errnoError{"eventq: loop already running", syscall.EBUSY}
+
+	// ErrGoexit: the source's callback called runtime.Goexit (t.FailNow,
+	// t.SkipNow, ...), which disabled the source; Source.Err returns it.
+	// The goroutine running the loop exits (see Loop). Wraps
+	// syscall.ECANCELED, the code handed back to the C library.
+	ErrGoexit error = &errnoError{"eventq: runtime.Goexit in loop callback", syscall.ECANCELED}
 
 	// ErrCgroupClosed: the Cgroup was closed before a watch was made with
 	// it. Wraps syscall.EBADF.

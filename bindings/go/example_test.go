@@ -1,3 +1,5 @@
+//go:build linux
+
 package eventq_test
 
 import (
@@ -7,7 +9,7 @@ import (
 	"slices"
 	"time"
 
-	eventq "github.com/libeventq/eventq-go"
+	eventq "github.com/libeventq/libeventq/bindings/go"
 )
 
 // A producer goroutine sends and closes; the consumer ranges over the

@@ -1,3 +1,5 @@
+//go:build linux
+
 package eventq
 
 // LiveChans is the number of Chan handles not yet freed.
@@ -33,4 +35,24 @@ func SetSelectParkHook(fn func()) {
 		return
 	}
 	selectParkHook.Store(&fn)
+}
+
+// SetCloseWaitHook makes fn run when Loop.Close starts waiting for a run in
+// another goroutine; nil removes it.
+func SetCloseWaitHook(fn func()) {
+	if fn == nil {
+		closeWaitHook.Store(nil)
+		return
+	}
+	closeWaitHook.Store(&fn)
+}
+
+// SetPostWaitHook makes fn run each time PostWait is about to wait for
+// room; nil removes it.
+func SetPostWaitHook(fn func()) {
+	if fn == nil {
+		postWaitHook.Store(nil)
+		return
+	}
+	postWaitHook.Store(&fn)
 }

@@ -1,3 +1,3 @@
-module github.com/libeventq/eventq-go
+module github.com/libeventq/libeventq/bindings/go
 
 go 1.24

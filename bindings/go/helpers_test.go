@@ -1,3 +1,5 @@
+//go:build linux
+
 package eventq_test
 
 import (
@@ -8,7 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	eventq "github.com/libeventq/eventq-go"
+	eventq "github.com/libeventq/libeventq/bindings/go"
 )
 
 // The tests' message format, the same as internal/ctest's C one: producer

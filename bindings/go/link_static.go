@@ -1,4 +1,4 @@
-//go:build static
+//go:build linux && static
 
 package eventq
 

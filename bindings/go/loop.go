@@ -1,3 +1,5 @@
+//go:build linux
+
 package eventq
 
 /*
@@ -10,6 +12,7 @@ extern int eqGoTimer(eventq_source *src, uint64_t expirations, uintptr_t h);
 extern int eqGoChan(eventq_source *src, void *data, size_t len, uintptr_t h);
 extern void eqGoPost(uintptr_t h);
 extern void eqGoDestroy(uintptr_t h);
+extern void eqGoFinish(uintptr_t h);
 
 // The C callbacks the library calls. userdata carries a cgo.Handle, an
 // integer: Go only ever passes it as uintptr_t, and only C code casts it to
@@ -42,10 +45,16 @@ static int eq_post(const eventq_loop *lp, uintptr_t h) {
 	// No destroy: Post tracks pending handles itself (see forgetPost).
 	return eventq_loop_post(lp, eq_post_cb, (void *)h, NULL);
 }
+
+// Calls back into Go, so that a run's coroutine is ended at the callback
+// depth it was made at (see exec.go). A Goexit passed on there pops this
+// frame, which holds nothing.
+static void eq_finish(uintptr_t h) { eqGoFinish(h); }
 */
 import "C"
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"os"
@@ -120,13 +129,27 @@ const (
 
 // Loop is a libeventq event loop: an epoll dispatcher over fd, timer,
 // channel and signal sources, with posts and Stop from any goroutine.
-// Callbacks are Go functions run on the goroutine that calls Run or
-// RunOnce, one at a time, with no library lock held; they may add and
-// remove sources (their own included), post, and stop the loop.
+// Callbacks are Go functions run one at a time, with no library lock held,
+// while Run or RunOnce waits for them on its OS thread; they may add and
+// remove sources (their own included), post, and stop or close the loop.
 //
 // A panic in a callback is recovered: its source is disabled, Run stops
-// after the current iteration, and Run (or RunOnce) returns a *PanicError.
+// after the current callback, and Run (or RunOnce) returns a *PanicError.
 // A callback's non-nil error only disables its source (Source.Err).
+//
+// # runtime.Goexit in a callback
+//
+// A callback that calls runtime.Goexit (t.FailNow, t.SkipNow, ...) ends
+// the goroutine that called Run or RunOnce, as it would if the callback
+// were an ordinary function call: the callback's deferred calls run, its
+// source is disabled with Source.Err returning ErrGoexit, no other callback
+// runs, the loop's C call returns normally, and the goroutine then exits,
+// its deferred calls run, without Run or RunOnce returning. The loop is
+// left idle and usable: another Run, Close and the rest work as before.
+// Each callback runs in a coroutine of the calling goroutine for this (see
+// exec.go); so a callback must leave its goroutine's OS thread lock as it
+// found it (runtime.LockOSThread and UnlockOSThread in pairs), or the
+// runtime aborts at the coroutine switch.
 //
 // Close frees the loop. A finalizer closes a forgotten loop, but only as a
 // backstop: it cannot run while a source's callback refers to the Loop.
@@ -140,8 +163,23 @@ type loopCore struct {
 	ptr  *C.eventq_loop
 	ref  refGuard
 	mode atomic.Int32
+	self cgo.Handle // this loopCore, for eqGoFinish; deleted by free
+
+	// exec runs the current run's callbacks; only the goroutine running the
+	// loop (and its coroutine) use it.
+	exec executor
+
+	// Post room: a token per pending post, taken before eventq_loop_post
+	// and given back when the post leaves the queue, so PostWait can wait
+	// for room on a Go channel (the C ABI has no fd for it). Only Go posts
+	// to this loop: its C handle is not exposed.
+	postSlots chan struct{}
+	closing   chan struct{} // closed by Close: PostWait stops waiting
 
 	mu      sync.Mutex
+	changed sync.Cond // a run ended or the loop was freed; L is mu
+	runTid  int       // the OS thread running the loop, 0 when idle
+	freed   bool
 	panics  []error
 	sources map[*Source]struct{}
 	posts   map[cgo.Handle]struct{}
@@ -154,10 +192,14 @@ func NewLoop() (*Loop, error) {
 		return nil, errOf(rc)
 	}
 	c := &loopCore{
-		ptr:     p,
-		sources: make(map[*Source]struct{}),
-		posts:   make(map[cgo.Handle]struct{}),
+		ptr:       p,
+		postSlots: make(chan struct{}, C.EVENTQ_POST_CAPACITY),
+		closing:   make(chan struct{}),
+		sources:   make(map[*Source]struct{}),
+		posts:     make(map[cgo.Handle]struct{}),
 	}
+	c.changed.L = &c.mu
+	c.self = newHandle(c)
 	c.ref.init()
 	l := &Loop{c: c}
 	runtime.SetFinalizer(l, (*Loop).finalize)
@@ -180,6 +222,8 @@ func (c *loopCore) free() {
 	c.mu.Lock()
 	posts, sources := c.posts, c.sources
 	c.posts, c.sources = nil, nil
+	c.freed = true
+	c.changed.Broadcast()
 	c.mu.Unlock()
 	for h := range posts {
 		deleteHandle(h)
@@ -189,29 +233,103 @@ func (c *loopCore) free() {
 			s.done()
 		}
 	}
+	deleteHandle(c.self)
 }
 
+// closeWaitHook, if set (by the tests), runs when Close starts waiting for
+// a run in another goroutine.
+var closeWaitHook atomic.Pointer[func()]
+
 // Close stops the loop and frees it: every source goes away, posts not yet
-// run are discarded, and Source methods return ErrRemoved. If Run is in
-// progress (in another goroutine, or Close is called from a callback), it
-// returns after the current iteration and the loop is freed then. A second
-// Close returns ErrLoopClosed.
+// run are discarded, and Source methods return ErrRemoved. A second Close
+// returns ErrLoopClosed.
+//
+// Once Close returns, no callback runs, as once Source.Remove returns:
+//   - called from a callback, it stops the loop, which runs no other
+//     callback (not the rest of a channel source's messages, which stay in
+//     the channel, nor other ready sources, nor posts) and is freed when
+//     Run or RunOnce returns, as it then does;
+//   - called from another goroutine while Run or RunOnce is in progress,
+//     it stops the loop and waits for the run to return (so never call it
+//     from a goroutine that a callback waits for) and the loop to be freed.
 func (l *Loop) Close() error {
 	c := l.c
 	if !c.ref.close() {
 		return ErrLoopClosed
 	}
 	runtime.SetFinalizer(l, nil)
+	close(c.closing)
 	C.eventq_loop_stop(c.ptr)
+	c.mu.Lock()
+	// A callback runs on the loop's OS thread, and nothing else does during
+	// a run (it is locked to it): another thread means another goroutine.
+	wait := c.runTid != 0 && c.runTid != syscall.Gettid()
+	c.mu.Unlock()
 	c.done()
+	if wait {
+		if h := closeWaitHook.Load(); h != nil {
+			(*h)()
+		}
+		c.mu.Lock()
+		for !c.freed {
+			c.changed.Wait()
+		}
+		c.mu.Unlock()
+	}
 	runtime.KeepAlive(l)
 	return nil
 }
 
 func (l *Loop) finalize() {
 	if l.c.ref.close() {
+		close(l.c.closing)
 		l.c.done()
 	}
+}
+
+// begin marks a run as in progress on this (locked) OS thread, or fails
+// with ErrBusy, or ErrLoopClosed if Close came between the caller's use
+// and here (Close then did not see the run, so it must not start).
+func (c *loopCore) begin(mode int32) error {
+	if !c.mode.CompareAndSwap(modeIdle, mode) {
+		return ErrBusy
+	}
+	tid := syscall.Gettid()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ref.closed() {
+		c.mode.Store(modeIdle)
+		return ErrLoopClosed
+	}
+	c.runTid = tid
+	return nil
+}
+
+// end marks the run as over; deferred, so a Goexit passed on by finish
+// runs it too.
+func (c *loopCore) end() {
+	c.mu.Lock()
+	c.runTid = 0
+	c.changed.Broadcast()
+	c.mu.Unlock()
+	c.mode.Store(modeIdle)
+}
+
+// finish ends the run's coroutine, if one was started, at the end of Run
+// or RunOnce (still locked to the OS thread). If a callback called
+// runtime.Goexit, the calling goroutine exits here (exec.go).
+func (c *loopCore) finish() {
+	if c.exec.next != nil {
+		C.eq_finish(C.uintptr_t(c.self))
+	}
+}
+
+// onLoopThread reports whether the caller runs on the OS thread running
+// the loop: in a callback.
+func (c *loopCore) onLoopThread() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.runTid != 0 && c.runTid == syscall.Gettid()
 }
 
 // Fd returns the loop's own fd, readable while some source has work: to
@@ -229,22 +347,27 @@ func (l *Loop) Fd() int {
 
 // Run runs the loop on the calling goroutine, locked to its OS thread,
 // until Stop (from any goroutine or a callback), Close, or a panic in a
-// callback, which it returns as a *PanicError. A Stop made while the loop
-// is not running makes the next Run return at once. Callbacks run on this
-// goroutine. ErrBusy if the loop is already running.
+// callback, which it returns as a *PanicError. A stop takes effect as soon
+// as the running callback returns: no further callback runs, and what was
+// not dispatched waits for the next run. A Stop made while the loop is not
+// running makes the next Run return at once. Callbacks run on this
+// goroutine's OS thread while it waits (see the type's documentation for
+// runtime.Goexit). ErrBusy if the loop is already running, ErrLoopClosed
+// after Close.
 func (l *Loop) Run() error {
 	c := l.c
 	if !c.use() {
 		return ErrLoopClosed
 	}
 	defer c.done()
-	if !c.mode.CompareAndSwap(modeIdle, modeRun) {
-		return ErrBusy
-	}
 	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := c.begin(modeRun); err != nil {
+		return err
+	}
+	defer c.end()
 	rc := C.eventq_loop_run(c.ptr)
-	runtime.UnlockOSThread()
-	c.mode.Store(modeIdle)
+	c.finish()
 	runtime.KeepAlive(l)
 	if err := c.takePanics(); err != nil {
 		return err
@@ -255,23 +378,29 @@ func (l *Loop) Run() error {
 // RunOnce runs one iteration: it waits at most timeout for events
 // (negative: without limit; 0: not at all) and dispatches them. It returns
 // the number of callbacks run, and the panics recovered from them, if any
-// (a *PanicError, or several joined). The goroutine's OS thread is blocked
-// while it waits.
+// (a *PanicError, or several joined). A Stop (or Close) made during the
+// call ends it after the running callback; a Stop already pending does
+// not, and stays pending for the next Run. The goroutine's OS thread is
+// blocked while it waits, and locked to it for the call; callbacks run as
+// for Run.
 func (l *Loop) RunOnce(timeout time.Duration) (int, error) {
 	c := l.c
 	if !c.use() {
 		return 0, ErrLoopClosed
 	}
 	defer c.done()
-	if !c.mode.CompareAndSwap(modeIdle, modeRunOnce) {
-		return 0, ErrBusy
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := c.begin(modeRunOnce); err != nil {
+		return 0, err
 	}
+	defer c.end()
 	ns := C.int64_t(C.EVENTQ_FOREVER)
 	if timeout >= 0 {
 		ns = C.int64_t(timeout)
 	}
 	rc := C.eventq_loop_run_once(c.ptr, ns)
-	c.mode.Store(modeIdle)
+	c.finish()
 	runtime.KeepAlive(l)
 	if err := c.takePanics(); err != nil {
 		return max(int(rc), 0), err
@@ -282,8 +411,10 @@ func (l *Loop) RunOnce(timeout time.Duration) (int, error) {
 	return int(rc), nil
 }
 
-// Stop makes Run return after the current iteration; if the loop is not
-// running, the next Run returns at once. From any goroutine.
+// Stop makes Run return as soon as the running callback, if any, returns:
+// no further callback runs, and what was not dispatched (channel messages,
+// ready sources, posts) waits for the next run. If the loop is not
+// running, the next Run returns at once. From any goroutine or callback.
 func (l *Loop) Stop() error {
 	c := l.c
 	defer runtime.KeepAlive(l)
@@ -299,16 +430,76 @@ type post struct {
 	fn   func()
 }
 
-// Post runs fn on the loop's goroutine, after everything posted before it.
-// From any goroutine. ErrWouldBlock when 4096 posts are already pending.
-// Posts still pending when the loop is closed never run. A panic in fn is
-// handled as a callback's.
+// Post runs fn as a callback of the loop, after everything posted before
+// it. From any goroutine. ErrWouldBlock when 4096 posts are already
+// pending (PostWait waits for room instead). Posts still pending when the
+// loop is closed never run. A panic in fn is handled as a callback's.
 func (l *Loop) Post(fn func()) error {
 	if fn == nil {
 		return syscall.EINVAL
 	}
 	c := l.c
+	select {
+	case c.postSlots <- struct{}{}:
+	default:
+		if c.ref.closed() {
+			return ErrLoopClosed
+		}
+		return ErrWouldBlock
+	}
+	err := c.post(fn)
+	runtime.KeepAlive(l)
+	return err
+}
+
+// postWaitHook, if set (by the tests), runs each time PostWait is about to
+// wait for room.
+var postWaitHook atomic.Pointer[func()]
+
+// PostWait is Post that waits for room while 4096 posts are pending, until
+// there is, ctx is done (ctx.Err()), or the loop is closed
+// (ErrLoopClosed). It waits on a Go channel, not spinning: room is given
+// back as the loop takes posts from its queue, to the waiters in the order
+// they came. A done ctx does not stop a PostWait that finds room at once.
+//
+// Called from a callback of the loop it does not wait, since the loop can
+// make no room while its own callback waits: it returns ErrWouldBlock as
+// Post does.
+func (l *Loop) PostWait(ctx context.Context, fn func()) error {
+	if fn == nil {
+		return syscall.EINVAL
+	}
+	c := l.c
+	select {
+	case c.postSlots <- struct{}{}:
+	default:
+		if c.ref.closed() {
+			return ErrLoopClosed
+		}
+		if c.onLoopThread() {
+			return ErrWouldBlock
+		}
+		if h := postWaitHook.Load(); h != nil {
+			(*h)()
+		}
+		select {
+		case c.postSlots <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.closing:
+			return ErrLoopClosed
+		}
+	}
+	err := c.post(fn)
+	runtime.KeepAlive(l)
+	return err
+}
+
+// post queues fn; the caller holds a post slot, which is given back if the
+// post fails (else when it leaves the queue, or never once freed).
+func (c *loopCore) post(fn func()) error {
 	if !c.use() {
+		<-c.postSlots
 		return ErrLoopClosed
 	}
 	defer c.done()
@@ -320,11 +511,11 @@ func (l *Loop) Post(fn func()) error {
 		c.forgetPost(h)
 		return errOf(rc)
 	}
-	runtime.KeepAlive(l)
 	return nil
 }
 
-// forgetPost deletes a post's handle unless free already did.
+// forgetPost deletes a post's handle and gives back its slot, unless free
+// already did the one (the slots no longer matter then).
 func (c *loopCore) forgetPost(h cgo.Handle) {
 	c.mu.Lock()
 	_, ok := c.posts[h]
@@ -332,6 +523,7 @@ func (c *loopCore) forgetPost(h cgo.Handle) {
 	c.mu.Unlock()
 	if ok {
 		deleteHandle(h)
+		<-c.postSlots
 	}
 }
 

@@ -1,3 +1,5 @@
+//go:build linux
+
 package eventq_test
 
 import (
@@ -15,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	eventq "github.com/libeventq/eventq-go"
+	eventq "github.com/libeventq/libeventq/bindings/go"
 )
 
 // The memory-pressure watches through the Go binding: errors that say what

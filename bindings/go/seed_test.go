@@ -1,3 +1,5 @@
+//go:build linux
+
 package eventq_test
 
 import (
@@ -8,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	eventq "github.com/libeventq/eventq-go"
+	eventq "github.com/libeventq/libeventq/bindings/go"
 )
 
 func TestMain(m *testing.M) {

@@ -1,3 +1,5 @@
+//go:build linux
+
 package eventq
 
 // #include <eventq.h>
@@ -111,15 +113,7 @@ func recvAnyWait(ctx context.Context, chans []*Chan, start int) (int, []byte, er
 		return bad, nil, err
 	}
 	defer w.close(chans)
-	var stop func() bool
-	var fired chan struct{}
-	if ctx.Done() != nil {
-		fired = make(chan struct{})
-		stop = context.AfterFunc(ctx, func() {
-			w.f.SetReadDeadline(aLongTimeAgo)
-			close(fired)
-		})
-	}
+	unwatch := deadlineWhenDone(ctx, w.f)
 	var (
 		i   = -1
 		msg []byte
@@ -134,9 +128,7 @@ func recvAnyWait(ctx context.Context, chans []*Chan, start int) (int, []byte, er
 		}
 		return false
 	})
-	if stop != nil && !stop() {
-		<-fired // the deadline is set; the file is closed below
-	}
+	unwatch()
 	switch {
 	case rerr == nil:
 		return i, msg, errOf(rc)

@@ -1,3 +1,5 @@
+//go:build linux
+
 package eventq_test
 
 import (
@@ -10,7 +12,7 @@ import (
 	"syscall"
 	"testing"
 
-	eventq "github.com/libeventq/eventq-go"
+	eventq "github.com/libeventq/libeventq/bindings/go"
 )
 
 // selectParked returns a channel that receives once per time RecvAny is

@@ -1,3 +1,5 @@
+//go:build linux
+
 package eventq_test
 
 import (
@@ -8,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	eventq "github.com/libeventq/eventq-go"
+	eventq "github.com/libeventq/libeventq/bindings/go"
 )
 
 // Lost wake-ups. A goroutine waiting in Send or Recv polls a dup of the
@@ -134,16 +136,16 @@ func consume(ctx context.Context, c *eventq.Chan, v *consumer, batch int) error 
 
 // Receivers parked in the netpoller on an emptying channel: 8 producers
 // send 2,000 messages each into a 64-slot channel, 4 consumers Recv until
-// end of stream. 20 rounds at each of the 5 GOMAXPROCS settings: 100
-// rounds, 1,600,000 messages (about 6 s under -race on 2 cores).
+// end of stream. 16 rounds at each of the 5 GOMAXPROCS settings: 80
+// rounds, 1,280,000 messages (about 5 s under -race on 2 quiet cores).
 func TestWakeupRecvSide(t *testing.T) {
-	runWakeupRounds(t, wakeupConfig{capacity: 64, producers: 8, per: 2000, consumers: 4}, 20)
+	runWakeupRounds(t, wakeupConfig{capacity: 64, producers: 8, per: 2000, consumers: 4}, 16)
 }
 
 // The mirror: producers parked in Send on a 4-slot channel (low water 2)
-// while consumers drain it in batches. 16 producers send 500 messages each,
-// 2 consumers RecvBatch up to 4 at a time. 12 rounds at each setting: 60
-// rounds, 480,000 messages (about 8 s under -race on 2 cores).
+// while consumers drain it in batches. 16 producers send 400 messages each,
+// 2 consumers RecvBatch up to 4 at a time. 10 rounds at each setting: 50
+// rounds, 320,000 messages (about 6 s under -race on 2 quiet cores).
 func TestWakeupSendSide(t *testing.T) {
-	runWakeupRounds(t, wakeupConfig{capacity: 4, producers: 16, per: 500, consumers: 2, batch: 4}, 12)
+	runWakeupRounds(t, wakeupConfig{capacity: 4, producers: 16, per: 400, consumers: 2, batch: 4}, 10)
 }

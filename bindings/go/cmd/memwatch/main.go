@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command memwatch is a tiny kubelet eviction watcher on libeventq's
 // memory watches, the Go twin of examples-c/memwatch.c.
 //
@@ -21,7 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	eventq "github.com/libeventq/eventq-go"
+	eventq "github.com/libeventq/libeventq/bindings/go"
 )
 
 func stamp() string {

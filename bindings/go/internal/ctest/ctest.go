@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package ctest runs the C side of the eventq package's cross-language
 // tests: producer threads and a loop consumer written in C against the C
 // ABI, speaking the tests' message format. It exists only for those tests

@@ -1,0 +1,45 @@
+"""eventq: Python binding of libeventq, per-event message delivery between
+threads and into event loops (Linux).
+
+A `Chan` is a bounded FIFO of byte messages with a pollable fd: every
+message a send accepted is received exactly once, whole and in order
+(docs/design.md, D1-D8). Use it from threads (blocking calls release the
+GIL), from asyncio (`await chan.recv_async()`, `async for msg in chan`), or
+from any event loop through `chan.fileno()`. `eventq.memcg` watches memory
+pressure (cgroup thresholds, OOM, pressure levels, PSI, memory.events).
+"""
+
+from ._chan import Chan, Stats
+from ._errors import Closed, Error, InvalidArgument, MessageTooLarge, Timeout, WouldBlock, strerror
+from ._ffi import ffi as _ffi
+from ._ffi import lib as _lib
+from ._ffi import library_path
+
+#: The loaded library's version string, e.g. "0.2.0".
+library_version: str = _ffi.string(_lib.eventq_version_string()).decode()
+
+#: Capacity of a Chan() made without one.
+DEFAULT_CAPACITY: int = _lib.EVENTQ_DEFAULT_CAPACITY
+#: Largest capacity a channel accepts.
+MAX_CAPACITY: int = _lib.EVENTQ_MAX_CAPACITY
+#: Longest message when neither max_msg_size nor max_bytes says otherwise.
+DEFAULT_MAX_MSG_SIZE: int = _lib.EVENTQ_DEFAULT_MAX_MSG_SIZE
+
+__version__ = "0.2.0"  # the binding's own; it needs libeventq 0.2 or a later 0.x
+
+__all__ = [
+    "Chan",
+    "Stats",
+    "Error",
+    "Closed",
+    "Timeout",
+    "WouldBlock",
+    "InvalidArgument",
+    "MessageTooLarge",
+    "strerror",
+    "library_path",
+    "library_version",
+    "DEFAULT_CAPACITY",
+    "MAX_CAPACITY",
+    "DEFAULT_MAX_MSG_SIZE",
+]

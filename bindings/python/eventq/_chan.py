@@ -1,0 +1,762 @@
+"""Chan: a libeventq channel handle, with blocking, non-blocking and asyncio calls.
+
+Where a call waits:
+
+- A blocking call in the main thread waits in poll() on the channel's fd,
+  then takes the message with a non-blocking call. poll() returns EINTR on
+  a signal, so Ctrl-C raises KeyboardInterrupt at once, with nothing taken;
+  the wait is cut in slices of SIGNAL_SLICE seconds so a signal that the
+  kernel handed to another thread is also seen.
+- In other threads (where Python runs no signal handler) it waits inside
+  the library's blocking call, with the GIL released (cffi releases it
+  around every call), which costs no fd traffic.
+- asyncio calls wait for the fd with loop.add_reader, then take the
+  message with a non-blocking call in the coroutine itself: a cancelled
+  wait has taken nothing.
+
+Nothing taken is ever dropped: a message that was taken when an exception
+(a signal handler's KeyboardInterrupt, say) interrupted the code between
+the C call and the return is kept in the handle's stash, and the next
+receive on this Chan returns it first.
+"""
+
+from __future__ import annotations
+
+import array as _array
+import asyncio
+import collections
+import dataclasses
+import errno as _errno
+import operator
+import os
+import threading
+import time
+import weakref
+from collections.abc import AsyncIterator, Iterator, Sequence
+from itertools import accumulate as _accumulate
+from typing import Any, Optional, Union
+
+from ._errors import Closed, Error, InvalidArgument, MessageTooLarge, Timeout, WouldBlock, error_for, strerror
+from ._ffi import ffi, lib
+from ._wait import SIGNAL_SLICE, poll_fd, wait_readable
+
+Buffer = Union[bytes, bytearray, memoryview]
+
+_FOREVER = lib.EVENTQ_FOREVER
+_EAGAIN = -_errno.EAGAIN
+_ETIMEDOUT = -_errno.ETIMEDOUT
+_EMSGSIZE = -_errno.EMSGSIZE
+_SIZE_MAX = int(ffi.cast("size_t", -1))
+_SIZE_T = ffi.sizeof("size_t")
+# The sizes of the structs as declared in _ffi, passed where the library
+# asks (it reads and writes only that much: fields of a newer header are
+# left to their defaults).
+_OPTS_SIZE = ffi.sizeof("eventq_chan_opts")
+_STATS_SIZE = ffi.sizeof("eventq_chan_stats")
+_SCRATCH_MIN = 64 * 1024
+# eventq_buf is {pointer, size_t}: the fast batch path fills it as words of
+# an array.array of this typecode.
+_WORD = next((c for c in "QLI" if _array.array(c).itemsize == _SIZE_T), None)
+_BUF_AS_WORDS = _WORD is not None and ffi.sizeof("eventq_buf") == 2 * _SIZE_T and ffi.sizeof("void *") == _SIZE_T
+_MAIN = threading.main_thread()
+
+_c_send = lib.eventq_chan_send
+_c_send_batch = lib.eventq_chan_send_batch
+_c_recv = lib.eventq_chan_recv
+_c_recv_batch = lib.eventq_chan_recv_batch
+_unpack = ffi.unpack
+
+# "nothing": the call found no message (or no room) within its timeout.
+_NOTHING: Any = object()
+
+
+@dataclasses.dataclass(frozen=True)
+class Stats:
+    """A snapshot of a channel's counters (eventq_chan_stats)."""
+
+    sent: int  #: messages accepted by sends
+    received: int  #: messages returned by receives
+    pending: int  #: messages queued now
+    pending_bytes: int  #: bytes queued now
+    dropped: int  #: messages discarded when the last handle was freed
+    peak_depth: int  #: most messages ever queued at once
+    recv_doorbell_rings: int  #: receive-fd raises (empty-to-non-empty transitions, close)
+    send_doorbell_rings: int  #: send-fd raises (creation, drains to low water, close)
+    closed: bool  #: the channel is closed
+
+
+_STATS_FIELDS = [f.name for f in dataclasses.fields(Stats)]
+
+
+def _stats_of(st: Any) -> Stats:
+    values = {name: getattr(st, name) for name in _STATS_FIELDS}
+    values["closed"] = bool(values["closed"])
+    return Stats(**values)
+
+
+class _Scratch(threading.local):
+    """Per-thread receive buffers, grown to the largest message seen."""
+
+    def __init__(self) -> None:
+        self.cap = _SCRATCH_MIN
+        self.buf = ffi.new("char[]", self.cap)
+        self.lenp = ffi.new("size_t *")
+        self.nlens = 0
+        self.lens: Any = None
+        self.unset: Any = None  # nlens times SIZE_MAX, copied over lens before a batch
+
+    def grow(self, needed: int) -> None:
+        cap = max(needed, 2 * self.cap)
+        self.buf = ffi.new("char[]", cap)
+        self.cap = cap
+
+    def lens_for(self, n: int) -> Any:
+        if n > self.nlens:
+            self.lens = ffi.new("size_t[]", n)
+            self.unset = ffi.new("size_t[]", [_SIZE_MAX] * n)
+            self.nlens = n
+        return self.lens
+
+
+_scratch = _Scratch()
+
+
+def _bad_timeout(timeout: object) -> InvalidArgument:
+    return InvalidArgument(_errno.EINVAL, f"timeout={timeout!r}: must be None or >= 0 (seconds)")
+
+
+def _timeout_ns(timeout: Optional[float]) -> int:
+    """The C timeout for a Python one: None waits forever, 0 never waits."""
+    if timeout is None:
+        return _FOREVER
+    if timeout < 0:
+        raise _bad_timeout(timeout)
+    if timeout == 0:
+        return 0
+    return max(1, int(timeout * 1e9))
+
+
+def _size_arg(name: str, value: int) -> int:
+    """A size_t argument: an int from 0 to SIZE_MAX, else InvalidArgument."""
+    value = operator.index(value)
+    if not 0 <= value <= _SIZE_MAX:
+        raise InvalidArgument(_errno.EINVAL, f"{name}={value}: {strerror(-_errno.EINVAL)}")
+    return value
+
+
+def _as_c_data(data: Buffer) -> tuple[Any, int]:
+    """What to pass as `const void *` for a message, and its length in bytes."""
+    if type(data) is bytes:
+        return data, len(data)
+    if isinstance(data, str):
+        raise TypeError("a message is bytes-like, not str (encode it first)")
+    view = memoryview(data)
+    if not view.contiguous:
+        raise ValueError("a message must be a contiguous buffer")
+    return ffi.from_buffer(view), view.nbytes
+
+
+def _pack_batch(msgs: Sequence[Buffer]) -> tuple[Any, Any]:
+    """An eventq_buf array for msgs, and what must stay alive while it is used.
+
+    Fast path: the messages joined into one buffer, and the array built as
+    (address, length) machine words in an array.array, so the per-message
+    work stays in C-level loops (setting struct fields from Python costs
+    several times more). Anything unusual (not bytes-like, items wider than
+    a byte) goes through the per-message path, which also gives the errors.
+    """
+    if _WORD is not None and _BUF_AS_WORDS:
+        try:
+            joined = b"".join(msgs)
+            lens = list(map(len, msgs))
+        except (TypeError, BufferError):
+            pass
+        else:
+            if sum(lens) == len(joined):
+                base = ffi.from_buffer(joined)
+                words = [0] * (2 * len(lens))
+                words[0::2] = _accumulate(lens[:-1], initial=int(ffi.cast("uintptr_t", base)))
+                words[1::2] = lens
+                arr = _array.array(_WORD, words)
+                return ffi.cast("eventq_buf *", ffi.from_buffer(arr)), (arr, base)
+    bufs = ffi.new("eventq_buf[]", len(msgs))
+    keep = []  # the cdata that own the pointers in bufs
+    for i, m in enumerate(msgs):
+        c_data, n = _as_c_data(m)
+        if type(c_data) is bytes:
+            c_data = ffi.from_buffer(c_data)
+        keep.append(c_data)
+        b = bufs[i]
+        b.data = c_data
+        b.len = n
+    return bufs, keep
+
+
+def _max_msgs_arg(max_msgs: int) -> int:
+    max_msgs = operator.index(max_msgs)
+    if not 1 <= max_msgs <= 0x7FFFFFFF:
+        raise InvalidArgument(_errno.EINVAL, f"max_msgs={max_msgs}: must be 1 to 2**31-1")
+    return max_msgs
+
+
+def _released() -> ValueError:
+    return ValueError("operation on a released eventq channel handle")
+
+
+_live_chans: "weakref.WeakSet[Chan]" = weakref.WeakSet()
+
+
+def _forget_inherited() -> None:
+    """In a forked child: an inherited handle shares its fds with the parent,
+    and the header allows no call on it, eventq_chan_free included. Each
+    is marked released and its destructor dropped (the parent's channel is
+    untouched; the child may make new ones)."""
+    for ch in list(_live_chans):
+        p, ch._p = ch._p, None
+        if p is not None:
+            ffi.gc(p, None)
+    _live_chans.clear()
+
+
+os.register_at_fork(after_in_child=_forget_inherited)
+
+
+class Chan:
+    """A handle to a libeventq channel: a bounded FIFO of byte messages.
+
+    Every message a send accepted is received exactly once, whole, and in
+    the order its sender sent it (D1-D3 of docs/design.md), by any thread
+    or event loop holding a handle. `fileno()` is readable exactly while
+    messages are pending or the channel is closed (D4), so any event loop
+    can wait on it.
+
+    Timeouts are in seconds: None waits without limit, 0 never waits
+    (`WouldBlock`, a BlockingIOError, instead), a positive value waits at
+    most that long (`Timeout`, a TimeoutError).
+
+    `close()` closes the channel for every handle (D6); `release()` frees
+    this handle only. Used as a context manager, a handle is closed and
+    released on exit. A handle is safe to use from many threads at once.
+    """
+
+    __slots__ = ("_p", "_recv_fd", "_send_fd", "_stash", "_final", "__weakref__")
+
+    def __init__(
+        self,
+        capacity: int = lib.EVENTQ_DEFAULT_CAPACITY,
+        *,
+        max_bytes: int = 0,
+        max_msg_size: int = 0,
+        low_water: Optional[int] = None,
+    ) -> None:
+        """Creates a channel.
+
+        capacity: most messages queued at once (1 to EVENTQ_MAX_CAPACITY,
+        allocated up front). max_bytes: most bytes queued at once, 0 for no
+        byte limit. max_msg_size: longest message accepted, 0 for 1 MiB (or
+        max_bytes if smaller). low_water: queue depth at or below which the
+        send fd rises again after the channel was full, and blocked
+        senders resume (default capacity // 2; capacity - 1 resumes them at
+        the first free slot).
+        """
+        opts = ffi.new("eventq_chan_opts *")
+        rc = lib.eventq_chan_opts_init(opts, _OPTS_SIZE)
+        if rc < 0:
+            raise error_for(rc, "eventq_chan_opts_init")
+        opts.capacity = _size_arg("capacity", capacity)
+        opts.max_bytes = _size_arg("max_bytes", max_bytes)
+        opts.max_msg_size = _size_arg("max_msg_size", max_msg_size)
+        if low_water is not None:
+            opts.low_water = _size_arg("low_water", low_water)
+        out = ffi.new("eventq_chan **")
+        rc = lib.eventq_chan_new(opts, out)
+        if rc < 0:
+            what = (
+                f"channel options capacity={capacity} max_bytes={max_bytes} "
+                f"max_msg_size={max_msg_size} low_water={low_water}"
+            )
+            raise error_for(rc, what)
+        self._adopt(out[0])
+
+    def _adopt(self, ptr: Any) -> None:
+        final: list[Optional[Stats]] = [None]
+
+        def free(p: Any, final: list[Optional[Stats]] = final, lib: Any = lib, ffi: Any = ffi,
+                 size: int = _STATS_SIZE) -> None:
+            st = ffi.new("eventq_chan_stats *")
+            if lib.eventq_chan_free_final(p, st, size) == 1:
+                final[0] = _stats_of(st)
+
+        self._final = final
+        self._stash: collections.deque[bytes] = collections.deque()
+        self._recv_fd = lib.eventq_chan_recv_fd(ptr)
+        self._send_fd = lib.eventq_chan_send_fd(ptr)
+        # The handle is freed when the last reference to this cdata goes:
+        # release() drops the Chan's, and each call in progress holds one,
+        # so a release never frees a handle under a running call.
+        self._p = ffi.gc(ptr, free)
+        _live_chans.add(self)
+
+    @classmethod
+    def from_handle(cls, address: int) -> "Chan":
+        """Wraps a C `eventq_chan *` (its address), taking ownership of it.
+
+        For handles made by C code (eventq_chan_new, eventq_chan_clone):
+        the Chan frees it on release; the C side must not.
+        """
+        address = operator.index(address)
+        if address == 0:
+            raise InvalidArgument(_errno.EINVAL, "from_handle(0): a NULL handle")
+        self = cls.__new__(cls)
+        self._adopt(ffi.cast("eventq_chan *", address))
+        return self
+
+    def _handle(self) -> Any:
+        p = self._p
+        if p is None:
+            raise _released()
+        return p
+
+    def clone(self) -> "Chan":
+        """A new handle to the same channel, released separately."""
+        p = lib.eventq_chan_clone(self._handle())
+        if p == ffi.NULL:
+            raise MemoryError("eventq_chan_clone")
+        new = Chan.__new__(Chan)
+        new._adopt(p)
+        return new
+
+    def clone_handle(self) -> int:
+        """A new C handle (`eventq_chan *`, as an address) for C code.
+
+        The C side owns it and frees it with eventq_chan_free.
+        """
+        p = lib.eventq_chan_clone(self._handle())
+        if p == ffi.NULL:
+            raise MemoryError("eventq_chan_clone")
+        return int(ffi.cast("uintptr_t", p))
+
+    def fileno(self) -> int:
+        """The receive fd: readable exactly while messages are pending or the
+        channel is closed. Poll it; never read, write or close it."""
+        self._handle()
+        return self._recv_fd
+
+    def send_fileno(self) -> int:
+        """The send fd: not readable while the channel is full and open;
+        readable once it drained to low water, or is closed."""
+        self._handle()
+        return self._send_fd
+
+    # --- sending -------------------------------------------------------------
+
+    def _send_error(self, rc: int, n: int) -> Error:
+        if rc == _EMSGSIZE:
+            return MessageTooLarge(n, strerror(rc) + ": longer than the channel's maximum message size")
+        return error_for(rc, "send")
+
+    def _send_once(self, p: Any, data: Any, n: int, ns: int) -> bool:
+        """One eventq_chan_send; False when there was no room in time."""
+        rc = _c_send(p, data, n, ns)
+        if rc == 0:
+            return True
+        if rc == _EAGAIN or rc == _ETIMEDOUT:
+            return False
+        raise self._send_error(rc, n)
+
+    def send(self, data: Buffer, timeout: Optional[float] = None) -> None:
+        """Queues a copy of `data`, waiting for room as `timeout` says.
+
+        Raises Closed after close, MessageTooLarge if it exceeds the
+        maximum message size, WouldBlock/Timeout when there was no room;
+        on any error nothing was queued.
+        """
+        if timeout is not None and timeout < 0:
+            raise _bad_timeout(timeout)
+        p = self._handle()
+        c_data, n = _as_c_data(data)
+        rc = _c_send(p, c_data, n, 0)
+        if rc == 0:
+            return
+        if rc != _EAGAIN:
+            raise self._send_error(rc, n)
+        self._wait(p, timeout, self._send_fd, lambda ns: self._send_once(p, c_data, n, ns))
+
+    def _wait(self, p: Any, timeout: Optional[float], fd: int, attempt: Any) -> Any:
+        """Retries `attempt(timeout_ns)` (which returns _NOTHING or False when
+        it got nothing) until it succeeds or the timeout runs out."""
+        ns = _timeout_ns(timeout)
+        if ns == 0:
+            raise WouldBlock(_errno.EAGAIN, strerror(_EAGAIN))
+        if threading.current_thread() is not _MAIN:
+            r = attempt(ns)
+            if r is not _NOTHING and r is not False:
+                return r
+            raise Timeout(_errno.ETIMEDOUT, strerror(_ETIMEDOUT))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            ready = poll_fd(fd, deadline)
+            r = attempt(0)
+            if r is not _NOTHING and r is not False:
+                return r
+            if not ready:
+                raise Timeout(_errno.ETIMEDOUT, strerror(_ETIMEDOUT))
+
+    def _batch_sender(self, p: Any, msgs: Sequence[Buffer]) -> Any:
+        """attempt(timeout_ns) for _wait: one eventq_chan_send_batch of msgs,
+        returning how many were queued, or _NOTHING when there was no room."""
+        count = len(msgs)
+        bufs, keep = _pack_batch(msgs)
+        first_len = bufs[0].len
+
+        def attempt(ns: int, keep: Any = keep) -> Any:
+            rc = _c_send_batch(p, bufs, count, ns)
+            if rc > 0:
+                return rc
+            if rc == _EAGAIN or rc == _ETIMEDOUT:
+                return _NOTHING
+            if rc == _EMSGSIZE:
+                raise MessageTooLarge(
+                    first_len, strerror(rc) + ": the first message is longer than the channel's maximum"
+                )
+            raise error_for(rc, "send_batch")
+
+        return attempt
+
+    def send_batch(self, msgs: Sequence[Buffer], timeout: Optional[float] = None) -> int:
+        """Queues copies of a prefix of `msgs`, in order, as many as fit.
+
+        Waits (as `timeout` says) only until the first fits, and returns how
+        many were queued; the rest were not and stay the caller's. Raises
+        as send() when not even the first could be queued.
+        """
+        if timeout is not None and timeout < 0:
+            raise _bad_timeout(timeout)
+        p = self._handle()
+        if not msgs:
+            return 0
+        attempt = self._batch_sender(p, msgs)
+        r = attempt(0)
+        if r is _NOTHING:
+            r = self._wait(p, timeout, self._send_fd, attempt)
+        return r
+
+    # --- receiving -----------------------------------------------------------
+
+    def _take(self, p: Any, ns: int) -> Any:
+        """One receive into this thread's scratch buffer: the message as bytes,
+        or _NOTHING when none came within ns; grows the buffer as needed."""
+        s = _scratch
+        lenp = s.lenp
+        while True:
+            buf, cap = s.buf, s.cap
+            lenp[0] = _SIZE_MAX
+            try:
+                rc = _c_recv(p, buf, cap, lenp, ns)
+                if rc == 0:
+                    return _unpack(buf, lenp[0])
+            except BaseException:
+                # Interrupted (a signal handler raised) after the C call: a
+                # message it took is kept for the next receive.
+                if lenp[0] <= cap:
+                    self._stash.append(_unpack(buf, lenp[0]))
+                raise
+            if rc == _EAGAIN or rc == _ETIMEDOUT:
+                return _NOTHING
+            if rc == _EMSGSIZE:
+                s.grow(lenp[0])
+                continue
+            raise error_for(rc, "receive")
+
+    def _unstash(self) -> Any:
+        try:
+            return self._stash.popleft()
+        except IndexError:
+            return _NOTHING
+
+    def recv(self, timeout: Optional[float] = None) -> bytes:
+        """Receives the next message, waiting as `timeout` says.
+
+        Raises Closed at end of stream (closed and drained), WouldBlock or
+        Timeout when no message came.
+        """
+        if timeout is not None and timeout < 0:
+            raise _bad_timeout(timeout)
+        if self._stash:
+            m = self._unstash()
+            if m is not _NOTHING:
+                return m
+        p = self._handle()
+        m = self._take(p, 0)
+        if m is not _NOTHING:
+            return m
+        return self._wait(p, timeout, self._recv_fd, lambda ns: self._take(p, ns))
+
+    def recv_into(self, buffer: Union[bytearray, memoryview], timeout: Optional[float] = None) -> int:
+        """Receives the next message into `buffer` (writable, contiguous) and
+        returns its length.
+
+        Raises MessageTooLarge (with `needed`) if the buffer is too small:
+        the message stays queued (D7). Otherwise as recv().
+        """
+        if timeout is not None and timeout < 0:
+            raise _bad_timeout(timeout)
+        try:
+            view = ffi.from_buffer(buffer, require_writable=True)
+        except BufferError as e:
+            raise TypeError(f"recv_into needs a writable contiguous buffer, not {type(buffer).__name__}") from e
+        cap = len(view)
+        if self._stash:
+            m = self._unstash()
+            if m is not _NOTHING:
+                if len(m) > cap:
+                    self._stash.appendleft(m)
+                    raise MessageTooLarge(len(m))
+                ffi.memmove(view, m, len(m))
+                return len(m)
+        p = self._handle()
+        lenp = ffi.new("size_t *")
+
+        def attempt(ns: int) -> Any:
+            lenp[0] = _SIZE_MAX
+            try:
+                rc = _c_recv(p, view, cap, lenp, ns)
+                if rc == 0:
+                    return lenp[0]
+            except BaseException:
+                if lenp[0] <= cap:
+                    self._stash.append(_unpack(view, lenp[0]))
+                raise
+            if rc == _EAGAIN or rc == _ETIMEDOUT:
+                return _NOTHING
+            if rc == _EMSGSIZE:
+                raise MessageTooLarge(lenp[0])
+            raise error_for(rc, "receive")
+
+        n = attempt(0)
+        if n is not _NOTHING:
+            return n
+        return self._wait(p, timeout, self._recv_fd, attempt)
+
+    def _take_batch(self, p: Any, max_msgs: int, ns: int) -> Any:
+        """One eventq_chan_recv_batch into this thread's scratch buffer."""
+        s = _scratch
+        lens = s.lens_for(max_msgs)
+        while True:
+            buf, cap = s.buf, s.cap
+            ffi.memmove(lens, s.unset, max_msgs * _SIZE_T)
+            try:
+                rc = _c_recv_batch(p, buf, cap, lens, max_msgs, ns)
+                if rc > 0:
+                    sizes = _unpack(lens, rc)
+                    data = _unpack(buf, sum(sizes))
+                    out = []
+                    off = 0
+                    for n in sizes:
+                        out.append(data[off : off + n])
+                        off += n
+                    return out
+            except BaseException:
+                self._salvage_batch(buf, cap, lens, max_msgs)
+                raise
+            if rc == _EAGAIN or rc == _ETIMEDOUT:
+                return _NOTHING
+            if rc == _EMSGSIZE:
+                s.grow(lens[0])
+                continue
+            raise error_for(rc, "receive batch")
+
+    def _salvage_batch(self, buf: Any, cap: int, lens: Any, max_msgs: int) -> None:
+        """Stashes what an interrupted batch receive took: the leading lengths
+        the C call wrote (each slot was SIZE_MAX before it)."""
+        if lens[0] > cap:
+            return
+        off = 0
+        for i in range(max_msgs):
+            n = lens[i]
+            if n == _SIZE_MAX or off + n > cap:
+                break
+            self._stash.append(_unpack(buf + off, n))
+            off += n
+
+    def _unstash_batch(self, max_msgs: int) -> Any:
+        out: list[bytes] = []
+        while len(out) < max_msgs:
+            m = self._unstash()
+            if m is _NOTHING:
+                break
+            out.append(m)
+        return out or _NOTHING
+
+    def recv_batch(self, max_msgs: int = 64, timeout: Optional[float] = None) -> list[bytes]:
+        """Receives up to `max_msgs` messages in one call (at least one),
+        waiting as `timeout` says only for the first. Raises as recv()."""
+        if timeout is not None and timeout < 0:
+            raise _bad_timeout(timeout)
+        max_msgs = _max_msgs_arg(max_msgs)
+        if self._stash:
+            msgs = self._unstash_batch(max_msgs)
+            if msgs is not _NOTHING:
+                return msgs
+        p = self._handle()
+        msgs = self._take_batch(p, max_msgs, 0)
+        if msgs is not _NOTHING:
+            return msgs
+        return self._wait(p, timeout, self._recv_fd, lambda ns: self._take_batch(p, max_msgs, ns))
+
+    def __iter__(self) -> Iterator[bytes]:
+        """Yields each message (blocking) until end of stream."""
+        while True:
+            try:
+                m = self.recv()
+            except Closed:
+                return
+            yield m
+
+    # --- asyncio -------------------------------------------------------------
+
+    async def _await(self, p: Any, timeout: Optional[float], fd: int, attempt: Any) -> Any:
+        """asyncio twin of _wait: waits for fd in the running loop, then
+        retries attempt(0) in the coroutine (never in a callback)."""
+        if timeout == 0:
+            raise WouldBlock(_errno.EAGAIN, strerror(_EAGAIN))
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            ready = await wait_readable(fd, deadline)
+            r = attempt(0)
+            if r is not _NOTHING and r is not False:
+                return r
+            if not ready:
+                raise Timeout(_errno.ETIMEDOUT, strerror(_ETIMEDOUT))
+
+    async def recv_async(self, timeout: Optional[float] = None) -> bytes:
+        """recv() for asyncio: waits on the receive fd in the running loop.
+
+        Cancelling it loses nothing: a message is taken only by the
+        coroutine itself, after the wait, with no await in between.
+        """
+        if timeout is not None and timeout < 0:
+            raise _bad_timeout(timeout)
+        if self._stash:
+            m = self._unstash()
+            if m is not _NOTHING:
+                return m
+        p = self._handle()
+        m = self._take(p, 0)
+        if m is not _NOTHING:
+            return m
+        return await self._await(p, timeout, self._recv_fd, lambda ns: self._take(p, ns))
+
+    async def recv_batch_async(self, max_msgs: int = 64, timeout: Optional[float] = None) -> list[bytes]:
+        """recv_batch() for asyncio (see recv_async)."""
+        if timeout is not None and timeout < 0:
+            raise _bad_timeout(timeout)
+        max_msgs = _max_msgs_arg(max_msgs)
+        if self._stash:
+            msgs = self._unstash_batch(max_msgs)
+            if msgs is not _NOTHING:
+                return msgs
+        p = self._handle()
+        msgs = self._take_batch(p, max_msgs, 0)
+        if msgs is not _NOTHING:
+            return msgs
+        return await self._await(p, timeout, self._recv_fd, lambda ns: self._take_batch(p, max_msgs, ns))
+
+    async def send_async(self, data: Buffer, timeout: Optional[float] = None) -> None:
+        """send() for asyncio: waits on the send fd in the running loop."""
+        if timeout is not None and timeout < 0:
+            raise _bad_timeout(timeout)
+        p = self._handle()
+        c_data, n = _as_c_data(data)
+        if self._send_once(p, c_data, n, 0):
+            return
+        await self._await(p, timeout, self._send_fd, lambda ns: self._send_once(p, c_data, n, ns))
+
+    async def send_batch_async(self, msgs: Sequence[Buffer], timeout: Optional[float] = None) -> int:
+        """send_batch() for asyncio: returns how many were queued."""
+        if timeout is not None and timeout < 0:
+            raise _bad_timeout(timeout)
+        p = self._handle()
+        if not msgs:
+            return 0
+        attempt = self._batch_sender(p, msgs)
+        r = attempt(0)
+        if r is _NOTHING:
+            r = await self._await(p, timeout, self._send_fd, attempt)
+        return r
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        """`async for msg in chan`: each message until end of stream."""
+        return _AsyncMessages(self)
+
+    # --- state ---------------------------------------------------------------
+
+    def close(self) -> None:
+        """Closes the channel for every handle (D6): sends raise Closed from
+        now on, queued messages stay receivable, then receives raise Closed;
+        every waiter wakes. Closing again does nothing."""
+        rc = lib.eventq_chan_close(self._handle())
+        if rc < 0:
+            raise error_for(rc, "close")
+
+    def release(self) -> None:
+        """Frees this handle (not the channel, unless it was the last handle:
+        then what is still queued is dropped and counted in final_stats).
+        Calls in progress on it finish first. Releasing again does nothing."""
+        self._p = None
+
+    @property
+    def released(self) -> bool:
+        """True once release() was called."""
+        return self._p is None
+
+    @property
+    def final_stats(self) -> Optional[Stats]:
+        """The channel's last counters (with `dropped`) if this handle was the
+        last one and has been freed; else None."""
+        return self._final[0]
+
+    def stats(self) -> Stats:
+        """A snapshot of the channel's counters."""
+        st = ffi.new("eventq_chan_stats *")
+        rc = lib.eventq_chan_get_stats(self._handle(), st, _STATS_SIZE)
+        if rc < 0:
+            raise error_for(rc, "stats")
+        return _stats_of(st)
+
+    def __enter__(self) -> "Chan":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._p is not None:
+            try:
+                self.close()
+            finally:
+                self.release()
+
+    def __repr__(self) -> str:
+        if self._p is None:
+            return "<eventq.Chan released>"
+        return f"<eventq.Chan fd={self._recv_fd} send_fd={self._send_fd}>"
+
+
+class _AsyncMessages:
+    """The async iterator of a Chan: recv_async until end of stream."""
+
+    __slots__ = ("_chan",)
+
+    def __init__(self, chan: Chan) -> None:
+        self._chan = chan
+
+    def __aiter__(self) -> "_AsyncMessages":
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            return await self._chan.recv_async()
+        except Closed:
+            raise StopAsyncIteration from None
+
+
+__all__ = ["Chan", "Stats"]

@@ -1,0 +1,79 @@
+"""Exceptions: one eventq.Error base, each also the builtin a caller expects.
+
+Every class derives from OSError through Error, so `errno` and `strerror`
+are set (strerror is libeventq's own text, from eventq_strerror), and the
+builtin bases (BrokenPipeError, TimeoutError, BlockingIOError, ValueError)
+let code that knows nothing of eventq catch them the usual way.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+from typing import Any
+
+from ._ffi import ffi, lib
+
+
+def strerror(code: int) -> str:
+    """libeventq's description of an error code (negative or positive)."""
+    return ffi.string(lib.eventq_strerror(code)).decode()
+
+
+class Error(OSError):
+    """Base of every error libeventq reports; `errno` is the positive code."""
+
+
+class Closed(Error, BrokenPipeError):
+    """The channel is closed: a send after close, or a receive at end of stream.
+
+    A receive raises it only once everything queued was received (D6).
+    """
+
+
+class Timeout(Error, TimeoutError):
+    """A timeout ran out: no message came, or no room was made, in time."""
+
+
+class WouldBlock(Error, BlockingIOError):
+    """timeout=0 and the call would have had to wait."""
+
+
+class InvalidArgument(Error, ValueError):
+    """The library refused an argument (EINVAL); nothing happened."""
+
+
+class MessageTooLarge(Error):
+    """A message does not fit: `needed` is its length in bytes.
+
+    On a receive the caller's buffer was too small and the message stays at
+    the head of the queue (D7): receive again with `needed` bytes. On a send
+    the message exceeds the channel's maximum message size; nothing was
+    queued.
+    """
+
+    def __init__(self, needed: int, text: str | None = None) -> None:
+        super().__init__(_errno.EMSGSIZE, text or strerror(-_errno.EMSGSIZE))
+        self.needed = needed
+
+    def __reduce__(self) -> tuple[Any, ...]:  # keeps `needed` through pickling
+        return (type(self), (self.needed, self.strerror))
+
+    def __str__(self) -> str:
+        return f"{self.strerror} (needed {self.needed} bytes)"
+
+
+_CLASSES: dict[int, type[Error]] = {
+    _errno.EPIPE: Closed,
+    _errno.ETIMEDOUT: Timeout,
+    _errno.EAGAIN: WouldBlock,
+    _errno.EINVAL: InvalidArgument,
+}
+
+
+def error_for(rc: int, what: str | None = None) -> Error:
+    """The exception for a negative return code `rc` of a channel call."""
+    code = -rc
+    text = strerror(rc)
+    if what:
+        text = f"{what}: {text}"
+    return _CLASSES.get(code, Error)(code, text)
