@@ -1,5 +1,5 @@
 /*
- * memwatch: a tiny kubelet eviction watcher on libeventq's memory sources.
+ * memwatch: a tiny kubelet eviction watcher on libeventq's memory watches.
  *
  *   memwatch <cgroup dir> <bytes> [psi stall us]
  *
@@ -108,15 +108,19 @@ static int on_signal(eventq_source *src, int signo, void *ud)
     return 0;
 }
 
-/* Reports an add's result; a failed optional source is only a warning. */
-static int added(struct watch *w, int rc, const char *what, int required)
+/* Adds the watch a constructor made (it returned rc) as a source; reports
+ * a failure, which for an optional source is only a warning. `counted`:
+ * the source ends with a removal (see struct watch). */
+static int add(struct watch *w, int rc, eventq_memcg_watch **mw, const char *what, int required,
+               int counted)
 {
+    if (rc == 0)
+        rc = eventq_loop_add_memcg(w->lp, *mw, on_event, w, NULL, NULL);
     if (rc == 0) {
-        w->sources++;
+        w->sources += counted;
         return 0;
     }
-    fprintf(stderr, "memwatch: %s: %s (%s)\n", what, eventq_memcg_strerror(rc),
-            strerror(-rc));
+    fprintf(stderr, "memwatch: %s: %s\n", what, eventq_strerror(rc));
     return required ? rc : 0;
 }
 
@@ -137,7 +141,7 @@ int main(int argc, char **argv)
     eventq_memcg *cg;
     int rc = eventq_memcg_open(argv[1], &cg);
     if (rc < 0) {
-        fprintf(stderr, "memwatch: %s: %s\n", argv[1], eventq_memcg_strerror(rc));
+        fprintf(stderr, "memwatch: %s: %s\n", argv[1], eventq_strerror(rc));
         return 1;
     }
     struct watch w = { 0 };
@@ -153,34 +157,28 @@ int main(int argc, char **argv)
     eventq_loop_add_signal(w.lp, SIGINT, on_signal, &w, NULL, NULL);
     eventq_loop_add_signal(w.lp, SIGTERM, on_signal, &w, NULL, NULL);
 
+    eventq_memcg_watch *mw;
     int v1 = eventq_memcg_dir(cg, EVENTQ_MEMCG_V1, NULL, 0) > 0;
     if (v1) {
-        if (added(&w, eventq_loop_add_memcg_threshold(w.lp, cg, bytes, on_event, &w, NULL, NULL),
-                  "threshold", 1) ||
-            added(&w, eventq_loop_add_memcg_oom(w.lp, cg, on_event, &w, NULL, NULL), "OOM", 1))
+        if (add(&w, eventq_memcg_watch_threshold(cg, bytes, &mw), &mw, "threshold", 1, 1) ||
+            add(&w, eventq_memcg_watch_oom(cg, &mw), &mw, "OOM", 1, 1))
             return 1;
-        added(&w,
-              eventq_loop_add_memcg_pressure_level(w.lp, cg, EVENTQ_MEMCG_CRITICAL,
-                                                   EVENTQ_MEMCG_MODE_DEFAULT, on_event, &w, NULL,
-                                                   NULL),
-              "memory.pressure_level", 0);
+        add(&w,
+            eventq_memcg_watch_pressure_level(cg, EVENTQ_MEMCG_CRITICAL, EVENTQ_MEMCG_MODE_DEFAULT,
+                                              &mw),
+            &mw, "memory.pressure_level", 0, 1);
         /* System-wide: a v1 cgroup has no PSI file of its own. It never
          * reports a removal, so it does not count as a memcg source. */
-        rc = eventq_loop_add_memcg_psi(w.lp, NULL, EVENTQ_MEMCG_PSI_SOME, stall_us, 2000000,
-                                       on_event, &w, NULL, NULL);
-        if (rc < 0)
-            fprintf(stderr, "memwatch: PSI: %s\n", eventq_memcg_strerror(rc));
+        add(&w, eventq_memcg_watch_psi(NULL, EVENTQ_MEMCG_PSI_SOME, stall_us, 2000000, &mw), &mw,
+            "PSI", 0, 0);
         printf("memwatch: %s (cgroup v1): threshold %" PRIu64
                " bytes, OOM, pressure critical, PSI some %" PRIu64 "us/2s system-wide\n",
                argv[1], bytes, stall_us);
     } else {
-        added(&w,
-              eventq_loop_add_memcg_psi(w.lp, cg, EVENTQ_MEMCG_PSI_SOME, stall_us, 2000000,
-                                        on_event, &w, NULL, NULL),
-              "PSI", 0);
+        add(&w, eventq_memcg_watch_psi(cg, EVENTQ_MEMCG_PSI_SOME, stall_us, 2000000, &mw), &mw,
+            "PSI", 0, 1);
         int psi = w.sources;
-        added(&w, eventq_loop_add_memcg_events(w.lp, cg, NULL, on_event, &w, NULL, NULL),
-              "memory.events", 0);
+        add(&w, eventq_memcg_watch_events(cg, &mw), &mw, "memory.events", 0, 1);
         if (w.sources == 0)
             return 1;
         printf("memwatch: %s (cgroup2):", argv[1]);

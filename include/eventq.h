@@ -129,7 +129,7 @@
 #define EVENTQ_MEMCG_V2 2
 
 /**
- * memory.pressure_level levels (`eventq_loop_add_memcg_pressure_level`).
+ * memory.pressure_level levels (`eventq_memcg_watch_pressure_level`).
  */
 #define EVENTQ_MEMCG_LOW 0
 
@@ -206,12 +206,21 @@ typedef struct eventq_loop eventq_loop;
 typedef struct eventq_memcg eventq_memcg;
 
 /**
+ * One registration with the kernel (a threshold, OOM, pressure-level or
+ * PSI trigger, or a counters file), made by an `eventq_memcg_watch_*`
+ * call. `eventq_loop_add_memcg` takes it over; one never added is freed
+ * with `eventq_memcg_watch_free`, which unregisters it.
+ */
+typedef struct eventq_memcg_watch eventq_memcg_watch;
+
+/**
  * A received message owned by the caller; free it with `eventq_msg_free`.
  */
 typedef struct eventq_msg eventq_msg;
 
 /**
- * A source of a loop (see `eventq_loop_add_fd` and the other adds).
+ * A source of a loop (see `eventq_loop_add_fd` and the other adds, and
+ * `eventq_loop_add_memcg`).
  */
 typedef struct eventq_source eventq_source;
 
@@ -435,9 +444,8 @@ typedef struct eventq_memcg_event {
 } eventq_memcg_event;
 
 /**
- * A memory source's callback: one call per wake-up, with its event.
- * Return 0, or a negative errno to disable the source (see
- * `eventq_source_error`).
+ * A memory source's callback: one call per event, with the event. Return
+ * 0, or a negative errno to disable the source (see `eventq_source_error`).
  */
 typedef int (*eventq_memcg_fn)(struct eventq_source *src,
                                const struct eventq_memcg_event *ev,
@@ -984,7 +992,7 @@ int eventq_memcg_own(struct eventq_memcg **out);
 int eventq_memcg_open(const char *path, struct eventq_memcg **out);
 
 /**
- * Frees a cgroup handle (sources made with it do not need it). NULL is a
+ * Frees a cgroup handle (watches made with it do not need it). NULL is a
  * no-op.
  *
  * Thread safety: not while other threads use the handle.
@@ -1005,97 +1013,70 @@ void eventq_memcg_free(struct eventq_memcg *cg);
 int eventq_memcg_dir(const struct eventq_memcg *cg, uint32_t version, char *buf, size_t len);
 
 /**
- * What a code returned by an eventq_memcg_* or eventq_loop_add_memcg_*
- * call means there (negative or positive). Static storage, never NULL;
- * codes without a memcg-specific meaning get eventq_strerror's text.
+ * A watch of the cgroup's memory usage (memory.usage_in_bytes) crossing
+ * `bytes`, up or down: kubelet's eviction threshold notifier (cgroup v1:
+ * an eventfd registered through cgroup.event_control). Its events
+ * (EVENTQ_MEMCG_THRESHOLD) count the crossings since the last one, with
+ * the usage read just after. Writes the watch to `*out` (see
+ * `eventq_loop_add_memcg`).
  *
- * Thread safety: any thread.
- */
-const char *eventq_memcg_strerror(int code);
-
-/**
- * Calls back each time the cgroup's memory usage (memory.usage_in_bytes)
- * crosses `bytes`, up or down: kubelet's eviction threshold notifier
- * (cgroup v1: an eventfd registered through cgroup.event_control). The
- * event's count is the number of crossings since the last call, and usage
- * the usage read just after. When the cgroup is removed the callback gets
- * EVENTQ_MEMCG_REMOVED once and the source is disabled.
- *
- * The source is an fd source: ownership of userdata, `out`, removal and
- * callbacks as for `eventq_loop_add_fd` (destroy(userdata) runs exactly
- * once, also if this call fails, before it returns).
- *
- * Returns 0; -EINVAL for a NULL loop, cg or cb; -ENODEV if the cgroup has
- * no cgroup v1 memory directory (cgroup2 only: use PSI or memory.events)
- * or the kernel lacks cgroup.event_control; -ENOENT if the cgroup was
+ * Returns 0; -EINVAL for NULL cg or out; -ENODEV if the cgroup has no
+ * cgroup v1 memory directory (cgroup2 only: use PSI or memory.events) or
+ * the kernel lacks cgroup.event_control; -ENOENT if the cgroup was
  * removed; -EACCES/-EPERM if cgroup.event_control cannot be written;
  * -EMFILE/-ENFILE.
  *
  * Thread safety: any thread.
  */
-int eventq_loop_add_memcg_threshold(const struct eventq_loop *lp,
-                                    const struct eventq_memcg *cg,
-                                    uint64_t bytes,
-                                    eventq_memcg_fn cb,
-                                    void *userdata,
-                                    eventq_destroy_fn destroy,
-                                    struct eventq_source **out);
+int eventq_memcg_watch_threshold(const struct eventq_memcg *cg,
+                                 uint64_t bytes,
+                                 struct eventq_memcg_watch **out);
 
 /**
- * Calls back each time the cgroup hits its memory limit and the kernel's
- * OOM handling runs (cgroup v1 memory.oom_control), with the count since
- * the last call and memory.oom_control's under_oom and oom_kill. Removal,
- * ownership and callbacks as for `eventq_loop_add_memcg_threshold`.
+ * A watch of the cgroup hitting its memory limit and the kernel's OOM
+ * handling running (cgroup v1 memory.oom_control). Its events
+ * (EVENTQ_MEMCG_OOM) count the OOMs since the last one, with
+ * memory.oom_control's under_oom and oom_kill. Writes the watch to `*out`.
  *
- * Returns 0; -EINVAL for a NULL loop, cg or cb; -ENODEV if the cgroup has
- * no cgroup v1 memory directory; -ENOENT if it was removed; -EACCES/-EPERM
- * if cgroup.event_control cannot be written; -EMFILE/-ENFILE.
+ * Returns 0; -EINVAL for NULL cg or out; -ENODEV if the cgroup has no
+ * cgroup v1 memory directory; -ENOENT if it was removed; -EACCES/-EPERM if
+ * cgroup.event_control cannot be written; -EMFILE/-ENFILE.
  *
  * Thread safety: any thread.
  */
-int eventq_loop_add_memcg_oom(const struct eventq_loop *lp,
-                              const struct eventq_memcg *cg,
-                              eventq_memcg_fn cb,
-                              void *userdata,
-                              eventq_destroy_fn destroy,
-                              struct eventq_source **out);
+int eventq_memcg_watch_oom(const struct eventq_memcg *cg, struct eventq_memcg_watch **out);
 
 /**
- * Calls back on memory.pressure_level notifications (cgroup v1 vmpressure)
+ * A watch of memory.pressure_level notifications (cgroup v1 vmpressure)
  * for `level` (EVENTQ_MEMCG_LOW, _MEDIUM, _CRITICAL) in `mode`
- * (EVENTQ_MEMCG_MODE_DEFAULT, _HIERARCHY, _LOCAL), with the count since the
- * last call. Removal, ownership and callbacks as for
- * `eventq_loop_add_memcg_threshold`.
+ * (EVENTQ_MEMCG_MODE_DEFAULT, _HIERARCHY, _LOCAL). Its events
+ * (EVENTQ_MEMCG_PRESSURE) count the notifications since the last one.
+ * Writes the watch to `*out`.
  *
- * Returns 0; -EINVAL for a NULL loop, cg or cb, or an unknown level or
- * mode; -ENODEV if the cgroup has no cgroup v1 memory directory or the
- * kernel has no memory.pressure_level; -ENOENT if the cgroup was removed;
+ * Returns 0; -EINVAL for NULL cg or out, or an unknown level or mode;
+ * -ENODEV if the cgroup has no cgroup v1 memory directory or the kernel
+ * has no memory.pressure_level; -ENOENT if the cgroup was removed;
  * -EACCES/-EPERM if cgroup.event_control cannot be written.
  *
  * Thread safety: any thread.
  */
-int eventq_loop_add_memcg_pressure_level(const struct eventq_loop *lp,
-                                         const struct eventq_memcg *cg,
-                                         uint32_t level,
-                                         uint32_t mode,
-                                         eventq_memcg_fn cb,
-                                         void *userdata,
-                                         eventq_destroy_fn destroy,
-                                         struct eventq_source **out);
+int eventq_memcg_watch_pressure_level(const struct eventq_memcg *cg,
+                                      uint32_t level,
+                                      uint32_t mode,
+                                      struct eventq_memcg_watch **out);
 
 /**
- * Calls back each time a PSI trigger fires: "some" (EVENTQ_MEMCG_PSI_SOME)
- * or "full" (_FULL) memory stall of at least stall_us within any window_us
- * (500000..10000000), on the cgroup's cgroup2 memory.pressure, or
- * system-wide (/proc/pressure/memory) when cg is NULL. One call per POLLPRI
- * wake-up (the kernel fires a trigger at most once per window). When the
- * cgroup is removed (POLLERR) the callback gets EVENTQ_MEMCG_REMOVED once
- * and the source is disabled. Ownership, `out` and callbacks as for
- * `eventq_loop_add_fd`.
+ * A PSI trigger: "some" (EVENTQ_MEMCG_PSI_SOME) or "full" (_FULL) memory
+ * stall of at least stall_us within any window_us (500000..10000000), on
+ * the cgroup's cgroup2 memory.pressure, or system-wide
+ * (/proc/pressure/memory) when cg is NULL. One event (EVENTQ_MEMCG_PSI)
+ * per POLLPRI wake-up (the kernel fires a trigger at most once per
+ * window); when the cgroup is removed (POLLERR), EVENTQ_MEMCG_REMOVED.
+ * Writes the watch to `*out`.
  *
- * Returns 0; -EINVAL for a NULL loop or cb, an unknown kind, a window
- * outside 500 ms..10 s, or a stall of 0 or longer than the window; -EPERM
- * for a window that is not a multiple of 2 s without CAP_SYS_RESOURCE (the
+ * Returns 0; -EINVAL for NULL out, an unknown kind, a window outside
+ * 500 ms..10 s, or a stall of 0 or longer than the window; -EPERM for a
+ * window that is not a multiple of 2 s without CAP_SYS_RESOURCE (the
  * kernel's rule for unprivileged triggers); -EOPNOTSUPP if the kernel has
  * no PSI or per-cgroup PSI is disabled; -ENODEV if cg has no cgroup2
  * directory; -ENOENT if the cgroup was removed; -EACCES if the pressure
@@ -1103,40 +1084,78 @@ int eventq_loop_add_memcg_pressure_level(const struct eventq_loop *lp,
  *
  * Thread safety: any thread.
  */
-int eventq_loop_add_memcg_psi(const struct eventq_loop *lp,
-                              const struct eventq_memcg *cg,
-                              uint32_t kind,
-                              uint64_t stall_us,
-                              uint64_t window_us,
-                              eventq_memcg_fn cb,
-                              void *userdata,
-                              eventq_destroy_fn destroy,
-                              struct eventq_source **out);
+int eventq_memcg_watch_psi(const struct eventq_memcg *cg,
+                           uint32_t kind,
+                           uint64_t stall_us,
+                           uint64_t window_us,
+                           struct eventq_memcg_watch **out);
 
 /**
- * Calls back when the counters of a flat-keyed cgroup2 file change: `file`
- * is "memory.events" when NULL (low, high, max, oom, oom_kill, ...), or any
- * file the kernel notifies on ("memory.events.local", "memory.swap.events",
- * "cgroup.events"). The file is re-read on each POLLPRI wake-up and the
- * counters that changed are passed as deltas (EVENTQ_MEMCG_CHANGED). When
- * the cgroup is removed the callback gets EVENTQ_MEMCG_REMOVED once and
- * the source is disabled. Ownership, `out` and callbacks as for
- * `eventq_loop_add_fd`.
+ * A watch of the cgroup's cgroup2 memory.events counters (low, high, max,
+ * oom, oom_kill, ...): as `eventq_memcg_watch_counters` of
+ * "memory.events".
  *
- * Returns 0; -EINVAL for a NULL loop, cg or cb, or a file name with '/';
- * -ENODEV if cg has no cgroup2 directory or the file does not exist there
- * (for memory.*: the memory controller is not enabled for the cgroup);
- * -ENOENT if the cgroup was removed; -EACCES if the file cannot be read.
+ * Returns 0; -EINVAL for NULL cg or out; -ENODEV if cg has no cgroup2
+ * directory or it has no memory.events (the memory controller is not
+ * enabled for the cgroup); -ENOENT if the cgroup was removed; -EACCES if
+ * the file cannot be read.
  *
  * Thread safety: any thread.
  */
-int eventq_loop_add_memcg_events(const struct eventq_loop *lp,
-                                 const struct eventq_memcg *cg,
-                                 const char *file,
-                                 eventq_memcg_fn cb,
-                                 void *userdata,
-                                 eventq_destroy_fn destroy,
-                                 struct eventq_source **out);
+int eventq_memcg_watch_events(const struct eventq_memcg *cg, struct eventq_memcg_watch **out);
+
+/**
+ * A watch of the counters of a flat-keyed cgroup2 file the kernel notifies
+ * on, named `file` ("memory.events", "memory.events.local",
+ * "memory.swap.events", "cgroup.events"). The file is re-read on each
+ * POLLPRI wake-up and the counters that changed are passed as deltas
+ * (EVENTQ_MEMCG_CHANGED); when the cgroup is removed,
+ * EVENTQ_MEMCG_REMOVED. Writes the watch to `*out`.
+ *
+ * Returns 0; -EINVAL for NULL cg, file or out, or a file name that is
+ * empty, has a '/', or is not UTF-8; -ENODEV if cg has no cgroup2
+ * directory or the file does not exist there (for memory.*: the memory
+ * controller is not enabled for the cgroup); -ENOENT if the cgroup was
+ * removed; -EACCES if the file cannot be read.
+ *
+ * Thread safety: any thread.
+ */
+int eventq_memcg_watch_counters(const struct eventq_memcg *cg,
+                                const char *file,
+                                struct eventq_memcg_watch **out);
+
+/**
+ * Frees a watch that was not added to a loop (closing its fds unregisters
+ * it with the kernel). Never for a watch passed to `eventq_loop_add_memcg`,
+ * which owns it from then on. NULL is a no-op.
+ *
+ * Thread safety: not while other threads use the watch.
+ */
+void eventq_memcg_watch_free(struct eventq_memcg_watch *watch);
+
+/**
+ * Adds `watch` to the loop as a source: `cb` runs once per event of the
+ * watch, with the event. After EVENTQ_MEMCG_REMOVED (the cgroup is gone)
+ * the source is disabled; re-enabled, it disables itself again at its next
+ * wake-up. `eventq_source_set_events` does not apply to it (-EINVAL).
+ *
+ * The call takes ownership of `watch`, also if it fails (the watch is
+ * freed then, before it returns): never use or free it afterwards; the
+ * source unregisters it when it goes away. Ownership of userdata, `out`,
+ * removal and callbacks as for `eventq_loop_add_fd` (destroy(userdata)
+ * runs exactly once, also if this call fails, before it returns).
+ *
+ * Returns 0; -EINVAL for a NULL loop, watch or cb; -ENOMEM/-ENOSPC if
+ * epoll cannot watch one more fd.
+ *
+ * Thread safety: any thread.
+ */
+int eventq_loop_add_memcg(const struct eventq_loop *lp,
+                          struct eventq_memcg_watch *watch,
+                          eventq_memcg_fn cb,
+                          void *userdata,
+                          eventq_destroy_fn destroy,
+                          struct eventq_source **out);
 
 #ifdef __cplusplus
 }  // extern "C"

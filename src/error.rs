@@ -1,5 +1,7 @@
-//! The library's error type. Every variant maps to one errno, which is what
-//! the C ABI returns (negated) and what the Go binding wraps.
+//! The library's error type, one for the whole crate. Every variant maps to
+//! one errno, which is what the C ABI returns (negated) and what the Go
+//! binding wraps; its text says what went wrong, and for [`Error::Sys`] what
+//! was being done and what is missing.
 
 use std::fmt;
 use std::io;
@@ -32,6 +34,11 @@ pub enum Error {
     Callback(i32),
     /// The operating system refused (`EMFILE`, `ENOMEM`, ...).
     Os(io::Error),
+    /// A system error with its context: the errno (the system's, or the one
+    /// the library chose for the condition, e.g. `ENODEV` for a memory
+    /// controller that is not mounted) and a message naming what was being
+    /// done and the file or setting at fault.
+    Sys { errno: i32, message: String },
 }
 
 impl Error {
@@ -47,7 +54,25 @@ impl Error {
             Error::Busy(_) => libc::EBUSY,
             Error::Callback(code) => code.checked_neg().unwrap_or(libc::EIO).max(1),
             Error::Os(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            Error::Sys { errno, .. } => *errno,
         }
+    }
+
+    /// An error with `errno` and a message saying what went wrong.
+    pub fn sys(errno: i32, message: impl Into<String>) -> Error {
+        Error::Sys {
+            errno,
+            message: message.into(),
+        }
+    }
+
+    /// `err`, met while doing `what`, with that context: its errno (`EIO`
+    /// if it has none) and the message "`what`: `err`".
+    pub fn context(what: impl fmt::Display, err: &io::Error) -> Error {
+        Error::sys(
+            err.raw_os_error().unwrap_or(libc::EIO),
+            format!("{what}: {err}"),
+        )
     }
 }
 
@@ -71,6 +96,7 @@ impl fmt::Display for Error {
             Error::Busy(what) => write!(f, "busy: {what}"),
             Error::Callback(code) => write!(f, "callback failed with {code}"),
             Error::Os(e) => write!(f, "{e}"),
+            Error::Sys { message, .. } => f.write_str(message),
         }
     }
 }

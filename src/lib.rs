@@ -10,6 +10,7 @@
 //!
 //! - [`chan`]: the channel ([`Chan`]).
 //! - [`event_loop`] (`src/loop.rs`): the epoll loop ([`Loop`]).
+//! - [`memcg`]: memory-pressure watches, a source kind of the loop.
 //! - [`sys`]: the fd wrappers (eventfd, epoll, timerfd, signalfd, poll).
 //! - `ffi` (feature `capi`, for the C library only): the C ABI
 //!   (`include/eventq.h`).
@@ -23,6 +24,7 @@ pub mod event_loop;
 #[cfg(feature = "capi")]
 mod ffi;
 pub mod memcg;
+mod source;
 mod sync;
 pub mod sys;
 

@@ -42,6 +42,8 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::chan::{Chan, Wait};
 use crate::error::{Error, Result};
+use crate::memcg::{MemEvent, Watch};
+use crate::source::Source;
 use crate::sys::{Epoll, EventFd, SignalFd, TimerFd};
 
 /// Readiness flags for fd sources: the epoll values, so they pass through.
@@ -119,6 +121,9 @@ pub enum Event<'a> {
     Closed,
     /// A signal source's signal arrived.
     Signal(i32),
+    /// A memory watch's event (see [`crate::memcg`]). After
+    /// `MemEvent::Removed` the source is disabled.
+    Memory(MemEvent),
 }
 
 /// A source's callback. An `Err` disables the source and is kept as its
@@ -142,6 +147,8 @@ enum Kind {
         sfd: SignalFd,
         signo: i32,
     },
+    /// A source that owns its fd and reads its own events (a memory watch).
+    Owned(Box<dyn Source>),
 }
 
 struct Entry {
@@ -166,6 +173,7 @@ impl Entry {
             Kind::Timer { tfd, .. } => tfd.as_raw_fd(),
             Kind::Chan { chan, .. } => chan.recv_raw_fd(),
             Kind::Signal { sfd, .. } => sfd.as_raw_fd(),
+            Kind::Owned(src) => src.fd(),
         }
     }
 
@@ -559,6 +567,30 @@ impl Loop {
         res
     }
 
+    /// Adds a memory watch (see [`crate::memcg`]): `cb` runs once per event
+    /// it reports, with [`Event::Memory`]. The source owns the watch:
+    /// removing the source unregisters it. After `MemEvent::Removed` (its
+    /// cgroup is gone) the source is disabled; re-enabled, it disables
+    /// itself again at its next wake-up.
+    pub fn add_watch(
+        &self,
+        watch: Watch,
+        cb: impl FnMut(&Loop, SourceId, Event<'_>) -> Result<()> + Send + 'static,
+    ) -> Result<SourceId> {
+        self.add_watch_with(watch, |_| Box::new(cb))
+    }
+
+    pub(crate) fn add_watch_with(
+        &self,
+        watch: Watch,
+        make: impl FnOnce(SourceId) -> Callback,
+    ) -> Result<SourceId> {
+        let source: Box<dyn Source> = Box::new(watch);
+        let events = source.interest();
+        let entry = self.entry(Kind::Owned(source), events, None);
+        self.add_entry(entry, |id| Some(make(id)))
+    }
+
     /// Removes a source. Once this returns its callback never runs again,
     /// even for an event already fetched; called from another thread while
     /// that callback runs, it waits for the callback to return. Its callback
@@ -822,6 +854,25 @@ impl Loop {
                 Ok(Some(signo)) => Event::Signal(signo),
                 _ => return 0,
             },
+            Kind::Owned(src) => {
+                // Finished: re-enabled after its last event, and its fd may
+                // stay ready, so it is disabled again rather than spin.
+                let read = if src.finished() {
+                    Ok(None)
+                } else {
+                    src.read(revents)
+                };
+                if let Err(e) = &read {
+                    entry.error = e.errno();
+                }
+                if read.is_err() || src.finished() {
+                    let _ = self.apply_enabled(entry, id, false);
+                }
+                match read {
+                    Ok(Some(event)) => event,
+                    _ => return 0,
+                }
+            }
         };
         let Some(mut cb) = entry.callback.take() else {
             return 0;

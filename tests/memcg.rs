@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use eventq::memcg::{Cgroup, Level, MemEvent, Mode, PsiTrigger, Watch};
-use eventq::{Loop, SourceId};
+use eventq::{Event, Loop, SourceId};
 use parking_lot::Mutex;
 
 const MIB: u64 = 1 << 20;
@@ -248,9 +248,12 @@ type Log = Arc<Mutex<Vec<Rec>>>;
 fn recorder(
     log: &Log,
     name: &'static str,
-) -> impl FnMut(&Loop, SourceId, MemEvent<'_>) -> eventq::Result<()> + Send + 'static {
+) -> impl FnMut(&Loop, SourceId, Event<'_>) -> eventq::Result<()> + Send + 'static {
     let log = log.clone();
     move |_, _, ev| {
+        let Event::Memory(ev) = ev else {
+            panic!("{name}: not a memory event: {ev:?}");
+        };
         let rec = match ev {
             MemEvent::Threshold { count, usage, .. } => Rec::Threshold { count, usage },
             MemEvent::Oom {
@@ -260,8 +263,8 @@ fn recorder(
             MemEvent::Psi { .. } => Rec::Psi,
             MemEvent::Changed { deltas, .. } => Rec::Changed(
                 deltas
-                    .iter()
-                    .map(|d| (d.name.clone(), d.value, d.delta))
+                    .into_iter()
+                    .map(|d| (d.name, d.value, d.delta))
                     .collect(),
             ),
             MemEvent::Removed { .. } => Rec::Removed(name),
@@ -312,11 +315,17 @@ fn v1_threshold_oom_pressure_psi() {
     let lp = Loop::new().unwrap();
     let log: Log = Arc::default();
     let threshold = 16 * MIB;
-    lp.add_memory_threshold(&cg, threshold, recorder(&log, "threshold"))
-        .unwrap();
-    lp.add_oom(&cg, recorder(&log, "oom")).unwrap();
-    lp.add_pressure_level(&cg, Level::Low, Mode::Default, recorder(&log, "pressure"))
-        .unwrap();
+    let watches = [
+        ("threshold", Watch::threshold(&cg, threshold)),
+        ("oom", Watch::oom(&cg)),
+        (
+            "pressure",
+            Watch::pressure_level(&cg, Level::Low, Mode::Default),
+        ),
+    ];
+    for (name, watch) in watches {
+        lp.add_watch(watch.unwrap(), recorder(&log, name)).unwrap();
+    }
 
     // cgroup2 as well where it is mounted (hybrid): a PSI trigger on a child
     // cgroup the allocating child also joins, and its cgroup.events.
@@ -328,8 +337,11 @@ fn v1_threshold_oom_pressure_psi() {
                 let log2: Log = Arc::default();
                 // 2 s: the window the kernel allows without CAP_SYS_RESOURCE.
                 let trig = PsiTrigger::some(Duration::from_micros(1), Duration::from_secs(2));
-                let psi = match lp.add_psi_trigger(Some(&cg2), trig, recorder(&log2, "psi")) {
-                    Ok(_) => true,
+                let psi = match Watch::psi(Some(&cg2), trig) {
+                    Ok(w) => {
+                        lp.add_watch(w, recorder(&log2, "psi")).unwrap();
+                        true
+                    }
                     Err(e) => {
                         say(&format!("PSI part skipped: {e}"));
                         false

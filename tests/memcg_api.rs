@@ -13,8 +13,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use eventq::memcg::{Cgroup, ErrorKind, Level, MemEvent, Mode, PsiTrigger, Watch};
-use eventq::Loop;
+use eventq::event_loop::events;
+use eventq::memcg::{Cgroup, Level, MemEvent, Mode, PsiTrigger, Watch};
+use eventq::{Error, Event, Loop};
 use parking_lot::Mutex;
 
 const HANG_GUARD: Duration = Duration::from_secs(60);
@@ -101,7 +102,12 @@ fn own_cgroup_matches_proc_self_cgroup() {
 #[test]
 fn no_such_cgroup_is_enoent() {
     let e = Cgroup::at("/nonexistent/eventq").unwrap_err();
-    assert_eq!((e.kind(), e.errno()), (ErrorKind::NoCgroup, libc::ENOENT));
+    assert!(
+        matches!(&e, Error::Sys { errno, message }
+            if *errno == libc::ENOENT && message.contains("/nonexistent/eventq")),
+        "{e:?}"
+    );
+    assert_eq!(e.errno(), libc::ENOENT);
     assert!(e.to_string().contains("no such cgroup"), "{e}");
     // A directory that is not a cgroup, and a file.
     let e = Cgroup::at(std::env::temp_dir()).unwrap_err();
@@ -128,10 +134,7 @@ fn a_hierarchy_without_the_memory_controller_is_enodev() {
         return say("SKIP: no cgroup v1 hierarchy without the memory controller is mounted");
     };
     let e = Cgroup::at(&dir).unwrap_err();
-    assert_eq!(
-        (e.kind(), e.errno()),
-        (ErrorKind::NoController, libc::ENODEV)
-    );
+    assert_eq!(e.errno(), libc::ENODEV);
     assert!(
         e.to_string().contains("without the memory controller"),
         "{e}"
@@ -141,20 +144,14 @@ fn a_hierarchy_without_the_memory_controller_is_enodev() {
 #[test]
 fn each_version_refuses_the_other_ones_interfaces_with_enodev() {
     let Some(cg) = own() else { return };
-    let lp = Loop::new().unwrap();
-    let ok = |_: &Loop, _, _: MemEvent<'_>| Ok(());
     if let Some(v2) = cg.v2_dir() {
         let v2_only = Cgroup::at(v2).unwrap();
         for e in [
-            lp.add_memory_threshold(&v2_only, 1, ok).unwrap_err(),
-            lp.add_oom(&v2_only, ok).unwrap_err(),
-            lp.add_pressure_level(&v2_only, Level::Low, Mode::Default, ok)
-                .unwrap_err(),
+            Watch::threshold(&v2_only, 1).unwrap_err(),
+            Watch::oom(&v2_only).unwrap_err(),
+            Watch::pressure_level(&v2_only, Level::Low, Mode::Default).unwrap_err(),
         ] {
-            assert_eq!(
-                (e.kind(), e.errno()),
-                (ErrorKind::NoController, libc::ENODEV)
-            );
+            assert_eq!(e.errno(), libc::ENODEV);
             assert!(e.to_string().contains("cgroup v1 memory controller"), "{e}");
         }
     } else {
@@ -164,13 +161,10 @@ fn each_version_refuses_the_other_ones_interfaces_with_enodev() {
         let v1_only = Cgroup::at(v1).unwrap();
         let trig = PsiTrigger::some(Duration::from_millis(100), Duration::from_secs(2));
         for e in [
-            lp.add_memory_events(&v1_only, ok).unwrap_err(),
-            lp.add_psi_trigger(Some(&v1_only), trig, ok).unwrap_err(),
+            Watch::memory_events(&v1_only).unwrap_err(),
+            Watch::psi(Some(&v1_only), trig).unwrap_err(),
         ] {
-            assert_eq!(
-                (e.kind(), e.errno()),
-                (ErrorKind::NoController, libc::ENODEV)
-            );
+            assert_eq!(e.errno(), libc::ENODEV);
             assert!(e.to_string().contains("needs a cgroup2 cgroup"), "{e}");
         }
     } else {
@@ -190,15 +184,12 @@ fn memory_events_says_whether_the_controller_is_enabled() {
     };
     let cg = Cgroup::at(&child.0).unwrap();
     let lp = Loop::new().unwrap();
-    let res = lp.add_memory_events(&cg, |_, _, _| Ok(()));
+    let res = Watch::memory_events(&cg).and_then(|w| lp.add_watch(w, |_, _, _| Ok(())));
     if child.0.join("memory.events").exists() {
         res.expect("memory.events exists, so it can be watched");
     } else {
         let e = res.unwrap_err();
-        assert_eq!(
-            (e.kind(), e.errno()),
-            (ErrorKind::NoController, libc::ENODEV)
-        );
+        assert_eq!(e.errno(), libc::ENODEV);
         assert!(
             e.to_string().contains("memory controller is not enabled"),
             "{e}"
@@ -214,7 +205,6 @@ fn memory_events_says_whether_the_controller_is_enabled() {
 
 #[test]
 fn bad_psi_triggers_are_einval() {
-    let lp = Loop::new().unwrap();
     let ms = Duration::from_millis;
     for trig in [
         PsiTrigger::some(ms(100), ms(400)),
@@ -222,14 +212,9 @@ fn bad_psi_triggers_are_einval() {
         PsiTrigger::full(Duration::ZERO, ms(2000)),
         PsiTrigger::some(ms(2500), ms(2000)),
     ] {
-        let e = lp
-            .add_psi_trigger(None, trig, |_, _, _| Ok(()))
-            .unwrap_err();
-        assert_eq!(
-            (e.kind(), e.errno()),
-            (ErrorKind::Invalid, libc::EINVAL),
-            "{trig:?}"
-        );
+        let e = Watch::psi(None, trig).unwrap_err();
+        assert_eq!(e.errno(), libc::EINVAL, "{trig:?}");
+        assert!(e.to_string().contains("PSI trigger"), "{e}");
     }
 }
 
@@ -246,24 +231,17 @@ fn has_cap_sys_resource() -> bool {
 fn system_wide_psi_trigger_registers_or_says_why_not() {
     let lp = Loop::new().unwrap();
     let trig = PsiTrigger::some(Duration::from_millis(150), Duration::from_secs(2));
-    let res = lp.add_psi_trigger(None, trig, |_, _, _| Ok(()));
+    let res = Watch::psi(None, trig).and_then(|w| lp.add_watch(w, |_, _, _| Ok(())));
     if !Path::new("/proc/pressure/memory").exists() {
         let e = res.unwrap_err();
-        assert_eq!(
-            (e.kind(), e.errno()),
-            (ErrorKind::NoPsi, libc::EOPNOTSUPP),
-            "{e}"
-        );
+        assert_eq!(e.errno(), libc::EOPNOTSUPP, "{e}");
         return say(&format!("kernel without PSI, as reported: {e}"));
     }
     let id = res.expect("a 2 s window needs no privilege");
     // A second trigger on the same file is another open file: fine too.
+    let full = PsiTrigger::full(Duration::from_millis(500), Duration::from_secs(4));
     let id2 = lp
-        .add_psi_trigger(
-            None,
-            PsiTrigger::full(Duration::from_millis(500), Duration::from_secs(4)),
-            |_, _, _| Ok(()),
-        )
+        .add_watch(Watch::psi(None, full).unwrap(), |_, _, _| Ok(()))
         .unwrap();
     lp.run_once(Some(Duration::ZERO)).unwrap();
     lp.remove(id).unwrap();
@@ -271,12 +249,12 @@ fn system_wide_psi_trigger_registers_or_says_why_not() {
 
     // A window that is not a multiple of 2 s needs CAP_SYS_RESOURCE.
     let short = PsiTrigger::some(Duration::from_millis(100), Duration::from_secs(1));
-    let res = lp.add_psi_trigger(None, short, |_, _, _| Ok(()));
+    let res = Watch::psi(None, short);
     if has_cap_sys_resource() {
         res.expect("privileged: any window from 500 ms");
     } else {
         let e = res.unwrap_err();
-        assert_eq!((e.kind(), e.errno()), (ErrorKind::Permission, libc::EPERM));
+        assert_eq!(e.errno(), libc::EPERM);
         assert!(e.to_string().contains("CAP_SYS_RESOURCE"), "{e}");
     }
 }
@@ -292,9 +270,9 @@ fn removing_the_cgroup_ends_every_source_once() {
     let others: Arc<Mutex<Vec<String>>> = Arc::default();
     let rec = |name: &'static str| {
         let (removed, others) = (removed.clone(), others.clone());
-        move |_: &Loop, _, ev: MemEvent<'_>| {
+        move |_: &Loop, _, ev: Event<'_>| {
             match ev {
-                MemEvent::Removed { .. } => removed.lock().push(name),
+                Event::Memory(MemEvent::Removed { .. }) => removed.lock().push(name),
                 other => others.lock().push(format!("{name}: {other:?}")),
             }
             Ok(())
@@ -306,15 +284,17 @@ fn removing_the_cgroup_ends_every_source_once() {
     match own.v1_dir().map(TempCgroup::new) {
         Some(Ok(child)) => {
             let cg = Cgroup::at(&child.0).unwrap();
-            ids.push(
-                lp.add_memory_threshold(&cg, 1 << 30, rec("threshold"))
-                    .unwrap(),
-            );
-            ids.push(lp.add_oom(&cg, rec("oom")).unwrap());
-            ids.push(
-                lp.add_pressure_level(&cg, Level::Critical, Mode::Local, rec("pressure"))
-                    .unwrap(),
-            );
+            let watches = [
+                ("threshold", Watch::threshold(&cg, 1 << 30)),
+                ("oom", Watch::oom(&cg)),
+                (
+                    "pressure",
+                    Watch::pressure_level(&cg, Level::Critical, Mode::Local),
+                ),
+            ];
+            for (name, watch) in watches {
+                ids.push(lp.add_watch(watch.unwrap(), rec(name)).unwrap());
+            }
             want.extend(["oom", "pressure", "threshold"]);
             dirs.push(child);
         }
@@ -325,10 +305,10 @@ fn removing_the_cgroup_ends_every_source_once() {
         Some(Ok(child)) => {
             let cg = Cgroup::at(&child.0).unwrap();
             let trig = PsiTrigger::some(Duration::from_millis(100), Duration::from_secs(2));
-            match lp.add_psi_trigger(Some(&cg), trig, rec("psi")) {
-                Ok(id) => {
+            match Watch::psi(Some(&cg), trig) {
+                Ok(w) => {
                     want.push("psi");
-                    ids.push(id);
+                    ids.push(lp.add_watch(w, rec("psi")).unwrap());
                 }
                 Err(e) => say(&format!("PSI part skipped: {e}")),
             }
@@ -365,6 +345,10 @@ fn removing_the_cgroup_ends_every_source_once() {
     assert_eq!(got, want, "each source reports the removal exactly once");
     assert!(others.lock().is_empty(), "{:?}", others.lock());
 
+    // Its events are the watch's: they cannot be changed.
+    let e = lp.set_events(ids[0], events::IN | events::PRI).unwrap_err();
+    assert_eq!(e.errno(), libc::EINVAL, "{e}");
+
     // Re-enabled after the removal, a source disables itself again at its
     // next wake-up instead of making the loop spin on a ready fd.
     for id in &ids {
@@ -393,17 +377,55 @@ fn removed_sources_close_their_fds() {
     let lp = Loop::new().unwrap();
     let before = count_fds();
     let id = lp
-        .add_memory_threshold(&cg, 1 << 20, |_, _, _| Ok(()))
+        .add_watch(Watch::threshold(&cg, 1 << 20).unwrap(), |_, _, _| Ok(()))
         .unwrap();
     assert!(count_fds() > before);
     lp.remove(id).unwrap();
     // Other tests open fds concurrently, so only a leak in bulk is asserted:
     // 200 sources of 3 fds each (an eventfd and two control files).
     let ids: Vec<_> = (0..200)
-        .map(|_| lp.add_oom(&cg, |_, _, _| Ok(())).unwrap())
+        .map(|_| {
+            lp.add_watch(Watch::oom(&cg).unwrap(), |_, _, _| Ok(()))
+                .unwrap()
+        })
         .collect();
     for id in ids {
         lp.remove(id).unwrap();
     }
     assert!(count_fds() < before + 100, "fds leaked by removed sources");
+}
+
+/// A watch is usable without the loop: poll its fd for its interest and
+/// read it on each wake-up (here a counters watch seeing its cgroup go).
+#[test]
+fn a_watch_can_be_polled_by_another_loop() {
+    let Some(own) = own() else { return };
+    let Some(v2) = own.v2_dir() else {
+        return say("SKIP: cgroup2 is not mounted");
+    };
+    let child = match TempCgroup::new(v2) {
+        Ok(c) => c,
+        Err(why) => return say(&format!("SKIP: {why}")),
+    };
+    let mut w = Watch::counters(&Cgroup::at(&child.0).unwrap(), "cgroup.events").unwrap();
+    assert_eq!(w.interest(), events::IN);
+    assert!(w.spec().ends_with("/cgroup.events"), "{}", w.spec());
+    let poll = |w: &Watch, timeout| eventq::sys::poll_fd(w.fd(), libc::POLLIN, Some(timeout));
+    assert_eq!(poll(&w, Duration::ZERO).unwrap(), 0, "nothing happened yet");
+    fs::remove_dir(&child.0).unwrap();
+    assert_ne!(
+        poll(&w, HANG_GUARD).unwrap(),
+        0,
+        "no wake-up for the removal"
+    );
+    assert_eq!(
+        w.read(events::IN).unwrap(),
+        Some(MemEvent::Removed { count: 0 })
+    );
+    assert!(w.is_removed());
+    assert_eq!(
+        w.read(events::IN).unwrap(),
+        None,
+        "nothing after the removal"
+    );
 }

@@ -11,8 +11,10 @@ import (
 	"syscall"
 )
 
-// errnoError is a sentinel error that wraps the errno the C library
-// returns, so errors.Is matches both the sentinel and the syscall.Errno.
+// errnoError is the binding's error: a message and the errno the C library
+// returned, which it wraps, so errors.Is matches both a sentinel below and
+// the syscall.Errno. The memory-cgroup calls return one that says what was
+// being done and what the code means there (see memcgErr).
 type errnoError struct {
 	msg   string
 	errno syscall.Errno
@@ -59,6 +61,14 @@ var (
 	// The goroutine running the loop exits (see Loop). Wraps
 	// syscall.ECANCELED, the code handed back to the C library.
 	ErrGoexit error = &errnoError{"eventq: runtime.Goexit in loop callback", syscall.ECANCELED}
+
+	// ErrCgroupClosed: the Cgroup was closed before a watch was made with
+	// it. Wraps syscall.EBADF.
+	ErrCgroupClosed error = &errnoError{"eventq: cgroup handle closed", syscall.EBADF}
+
+	// ErrWatchUsed: the MemcgWatch was already added to a loop (by
+	// Loop.AddMemcg, which takes it over) or closed. Wraps syscall.EBADF.
+	ErrWatchUsed error = &errnoError{"eventq: memcg watch already added or closed", syscall.EBADF}
 )
 
 // BufferTooSmallError is returned by RecvInto when the caller's buffer is

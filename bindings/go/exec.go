@@ -73,7 +73,7 @@ func (j *cbJob) run() C.int {
 	case jobChan:
 		return s.call(j.src, func() error { return s.chanFn(s, j.msg, j.eof) })
 	case jobMemcg:
-		return s.call(j.src, func() error { return s.memcgCall(j.memcg) })
+		return s.call(j.src, func() error { return s.memcgFn(s, j.memcg) })
 	case jobPost:
 		j.post.run()
 	}

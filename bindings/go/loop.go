@@ -566,6 +566,7 @@ type Source struct {
 	fdFn    FdFunc
 	timerFn TimerFunc
 	chanFn  ChanFunc
+	memcgFn MemcgFunc
 	// onDestroy runs when the source goes away (signal sources' cleanup).
 	onDestroy func()
 

@@ -18,30 +18,9 @@ static int eq_memcg_cb(eventq_source *s, const eventq_memcg_event *ev, void *ud)
 }
 static void eq_memcg_destroy(void *ud) { eqGoDestroy((uintptr_t)ud); }
 
-static int eq_add_memcg_threshold(const eventq_loop *lp, const eventq_memcg *cg,
-                                  uint64_t bytes, uintptr_t h, eventq_source **out) {
-	return eventq_loop_add_memcg_threshold(lp, cg, bytes, eq_memcg_cb, (void *)h,
-	                                       eq_memcg_destroy, out);
-}
-static int eq_add_memcg_oom(const eventq_loop *lp, const eventq_memcg *cg, uintptr_t h,
-                            eventq_source **out) {
-	return eventq_loop_add_memcg_oom(lp, cg, eq_memcg_cb, (void *)h, eq_memcg_destroy, out);
-}
-static int eq_add_memcg_pressure(const eventq_loop *lp, const eventq_memcg *cg, uint32_t level,
-                                 uint32_t mode, uintptr_t h, eventq_source **out) {
-	return eventq_loop_add_memcg_pressure_level(lp, cg, level, mode, eq_memcg_cb, (void *)h,
-	                                            eq_memcg_destroy, out);
-}
-static int eq_add_memcg_psi(const eventq_loop *lp, const eventq_memcg *cg, uint32_t kind,
-                            uint64_t stall_us, uint64_t window_us, uintptr_t h,
-                            eventq_source **out) {
-	return eventq_loop_add_memcg_psi(lp, cg, kind, stall_us, window_us, eq_memcg_cb, (void *)h,
-	                                 eq_memcg_destroy, out);
-}
-static int eq_add_memcg_events(const eventq_loop *lp, const eventq_memcg *cg, const char *file,
-                               uintptr_t h, eventq_source **out) {
-	return eventq_loop_add_memcg_events(lp, cg, file, eq_memcg_cb, (void *)h, eq_memcg_destroy,
-	                                    out);
+static int eq_add_memcg(const eventq_loop *lp, eventq_memcg_watch *w, uintptr_t h,
+                        eventq_source **out) {
+	return eventq_loop_add_memcg(lp, w, eq_memcg_cb, (void *)h, eq_memcg_destroy, out);
 }
 */
 import "C"
@@ -57,16 +36,17 @@ import (
 
 // Cgroup is a memory cgroup: its directory in the cgroup v1 memory
 // hierarchy, its cgroup2 directory, or both (a hybrid system, where they
-// are different directories). Sources made with it do not need it: Close
-// it when done adding them.
+// are different directories). Watches made with it do not need it: Close
+// it when done making them.
 type Cgroup struct {
 	ptr *C.eventq_memcg
 	ref refGuard
 }
 
-// CgroupError is an error of the memory-cgroup calls: what was being done
-// and the errno, with the library's explanation of what is missing. It
-// wraps the syscall.Errno, so errors.Is(err, syscall.ENODEV) holds:
+// memcgErr is the error of a memory-cgroup call that returned rc: the
+// binding's error type, wrapping the syscall.Errno (so errors.Is(err,
+// syscall.ENODEV) holds), with what was being done and the library's
+// description of the code, which says what is missing:
 //
 //   - ENOENT: no such cgroup (does not exist, is not a cgroup, removed);
 //   - ENODEV: the controller is not there: the cgroup v1 memory controller
@@ -76,29 +56,11 @@ type Cgroup struct {
 //     a multiple of 2 s without CAP_SYS_RESOURCE);
 //   - EOPNOTSUPP: the kernel has no PSI, or it is disabled;
 //   - EINVAL: a bad argument.
-type CgroupError struct {
-	Op    string
-	Errno syscall.Errno
-}
-
-func (e *CgroupError) Error() string {
-	return fmt.Sprintf("eventq: %s: %s", e.Op, C.GoString(C.eventq_memcg_strerror(C.int(e.Errno))))
-}
-
-// Unwrap returns the errno.
-func (e *CgroupError) Unwrap() error { return e.Errno }
-
-func cgroupErr(op string, rc C.int) error {
+func memcgErr(op string, rc C.int) error {
 	if rc >= 0 {
 		return nil
 	}
-	switch errno := syscall.Errno(-rc); errno {
-	case syscall.ENOENT, syscall.ENODEV, syscall.EACCES, syscall.EPERM, syscall.EOPNOTSUPP,
-		syscall.EINVAL:
-		return &CgroupError{Op: op, Errno: errno}
-	default:
-		return errOf(rc)
-	}
+	return &errnoError{"eventq: " + op + ": " + Strerror(int(rc)), syscall.Errno(-rc)}
 }
 
 func newCgroup(p *C.eventq_memcg) *Cgroup {
@@ -113,7 +75,7 @@ func newCgroup(p *C.eventq_memcg) *Cgroup {
 func OwnCgroup() (*Cgroup, error) {
 	var p *C.eventq_memcg
 	if rc := C.eventq_memcg_own(&p); rc < 0 {
-		return nil, cgroupErr("own memory cgroup", rc)
+		return nil, memcgErr("own memory cgroup", rc)
 	}
 	return newCgroup(p), nil
 }
@@ -125,12 +87,12 @@ func OpenCgroup(dir string) (*Cgroup, error) {
 	defer C.free(unsafe.Pointer(cdir))
 	var p *C.eventq_memcg
 	if rc := C.eventq_memcg_open(cdir, &p); rc < 0 {
-		return nil, cgroupErr("cgroup "+dir, rc)
+		return nil, memcgErr("cgroup "+dir, rc)
 	}
 	return newCgroup(p), nil
 }
 
-// Close frees the handle (sources made with it keep working). A second
+// Close frees the handle (watches made with it keep working). A second
 // Close does nothing.
 func (cg *Cgroup) Close() error {
 	if cg.ref.close() {
@@ -294,13 +256,9 @@ type MemcgEvent struct {
 	Deltas []MemcgDelta
 }
 
-// MemcgFunc is called on the loop's goroutine once per wake-up of a memory
+// MemcgFunc is called on the loop's goroutine once per event of a memory
 // source. A non-nil error disables the source (see Source.Err).
 type MemcgFunc func(src *Source, ev *MemcgEvent) error
-
-// memcgFns holds each memory source's callback, keyed by its Source (the
-// Source type is shared with the other kinds). Deleted by its destroy hook.
-var memcgFns sync.Map
 
 func memcgEventOf(ev *C.eventq_memcg_event) *MemcgEvent {
 	e := &MemcgEvent{
@@ -331,114 +289,152 @@ func memcgEventOf(ev *C.eventq_memcg_event) *MemcgEvent {
 	return e
 }
 
-// memcgCall runs the source's memory callback.
-func (s *Source) memcgCall(ev *MemcgEvent) error {
-	fn, ok := memcgFns.Load(s)
-	if !ok {
-		return nil
-	}
-	return fn.(MemcgFunc)(s, ev)
+// MemcgWatch is one registration with the kernel: a cgroup v1 threshold,
+// OOM or pressure-level notifier, a PSI trigger, or a cgroup2 counters
+// file; made by WatchThreshold, WatchOOM, WatchPressureLevel, WatchPSI,
+// WatchMemoryEvents or WatchCounters. Loop.AddMemcg takes it over; Close
+// one that is never added (a finalizer does, as a backstop), which
+// unregisters it.
+type MemcgWatch struct {
+	mu  sync.Mutex
+	ptr *C.eventq_memcg_watch // nil once added or closed
 }
 
-// addMemcg adds a memory source with call, one of the eq_add_memcg shims.
-// cg may be nil only where the C call accepts NULL (PSI: system-wide).
-func (l *Loop) addMemcg(op string, cg *Cgroup, fn MemcgFunc,
-	call func(lp *C.eventq_loop, cg *C.eventq_memcg, h C.uintptr_t, out **C.eventq_source) C.int) (*Source, error) {
-	if fn == nil {
-		return nil, syscall.EINVAL
+// take hands the C watch to the caller, once; nil after that.
+func (w *MemcgWatch) take() *C.eventq_memcg_watch {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.ptr
+	w.ptr = nil
+	return p
+}
+
+// Close frees a watch that was not added to a loop; a watch that was, or a
+// second Close, does nothing.
+func (w *MemcgWatch) Close() error {
+	if p := w.take(); p != nil {
+		runtime.SetFinalizer(w, nil)
+		C.eventq_memcg_watch_free(p)
 	}
+	return nil
+}
+
+// newWatch makes a watch with call, one of the eventq_memcg_watch_*
+// constructors, on cg; cg may be nil only where nilOK (PSI: system-wide).
+func newWatch(op string, cg *Cgroup, nilOK bool,
+	call func(cg *C.eventq_memcg, out **C.eventq_memcg_watch) C.int) (*MemcgWatch, error) {
 	var cptr *C.eventq_memcg
+	if cg == nil && !nilOK {
+		return nil, &errnoError{"eventq: " + op + ": no cgroup", syscall.EINVAL}
+	}
 	if cg != nil {
 		if !cg.use() {
-			return nil, &CgroupError{Op: op + ": cgroup handle closed", Errno: syscall.EBADF}
+			return nil, ErrCgroupClosed
 		}
 		defer cg.done()
 		cptr = cg.ptr
 	}
-	s := &Source{}
-	s.onDestroy = func() { memcgFns.Delete(s) }
-	memcgFns.Store(s, fn)
-	var rc C.int
-	src, err := l.add(s, func(c *loopCore, h C.uintptr_t, out **C.eventq_source) C.int {
-		rc = call(c.ptr, cptr, h, out)
-		return rc
-	})
+	var p *C.eventq_memcg_watch
+	rc := call(cptr, &p)
 	runtime.KeepAlive(cg)
-	if err != nil && rc < 0 {
-		return nil, cgroupErr(op, rc)
+	if rc < 0 {
+		return nil, memcgErr(op, rc)
 	}
-	return src, err
+	w := &MemcgWatch{ptr: p}
+	runtime.SetFinalizer(w, (*MemcgWatch).Close)
+	return w, nil
 }
 
-// AddMemoryThreshold calls fn each time the cgroup's memory usage crosses
-// bytes, up or down (kubelet's eviction threshold notifier; cgroup v1),
-// with the number of crossings since the last call and the usage just
-// after. When the cgroup is removed fn gets MemRemoved once.
-func (l *Loop) AddMemoryThreshold(cg *Cgroup, bytes uint64, fn MemcgFunc) (*Source, error) {
-	if cg == nil {
-		return nil, syscall.EINVAL
-	}
-	return l.addMemcg("memory threshold", cg, fn, func(lp *C.eventq_loop, c *C.eventq_memcg, h C.uintptr_t, out **C.eventq_source) C.int {
-		return C.eq_add_memcg_threshold(lp, c, C.uint64_t(bytes), h, out)
+// WatchThreshold watches the cgroup's memory usage crossing bytes, up or
+// down (kubelet's eviction threshold notifier; cgroup v1): each MemThreshold
+// event has the number of crossings since the last one and the usage just
+// after.
+func WatchThreshold(cg *Cgroup, bytes uint64) (*MemcgWatch, error) {
+	return newWatch("memory threshold", cg, false, func(c *C.eventq_memcg, out **C.eventq_memcg_watch) C.int {
+		return C.eventq_memcg_watch_threshold(c, C.uint64_t(bytes), out)
 	})
 }
 
-// AddOOM calls fn each time the cgroup hits its limit (cgroup v1
-// memory.oom_control), with the count since the last call.
-func (l *Loop) AddOOM(cg *Cgroup, fn MemcgFunc) (*Source, error) {
-	if cg == nil {
-		return nil, syscall.EINVAL
-	}
-	return l.addMemcg("OOM notifier", cg, fn, func(lp *C.eventq_loop, c *C.eventq_memcg, h C.uintptr_t, out **C.eventq_source) C.int {
-		return C.eq_add_memcg_oom(lp, c, h, out)
+// WatchOOM watches the cgroup hitting its limit (cgroup v1
+// memory.oom_control): each MemOOM event has the count since the last one.
+func WatchOOM(cg *Cgroup) (*MemcgWatch, error) {
+	return newWatch("OOM notifier", cg, false, func(c *C.eventq_memcg, out **C.eventq_memcg_watch) C.int {
+		return C.eventq_memcg_watch_oom(c, out)
 	})
 }
 
-// AddPressureLevel calls fn on memory.pressure_level notifications for
-// level in mode (cgroup v1), with the count since the last call.
-func (l *Loop) AddPressureLevel(cg *Cgroup, level PressureLevel, mode PressureMode, fn MemcgFunc) (*Source, error) {
-	if cg == nil {
-		return nil, syscall.EINVAL
-	}
-	return l.addMemcg("memory.pressure_level", cg, fn, func(lp *C.eventq_loop, c *C.eventq_memcg, h C.uintptr_t, out **C.eventq_source) C.int {
-		return C.eq_add_memcg_pressure(lp, c, C.uint32_t(level), C.uint32_t(mode), h, out)
+// WatchPressureLevel watches memory.pressure_level notifications for level
+// in mode (cgroup v1): each MemPressure event has the count since the last
+// one.
+func WatchPressureLevel(cg *Cgroup, level PressureLevel, mode PressureMode) (*MemcgWatch, error) {
+	return newWatch("memory.pressure_level", cg, false, func(c *C.eventq_memcg, out **C.eventq_memcg_watch) C.int {
+		return C.eventq_memcg_watch_pressure_level(c, C.uint32_t(level), C.uint32_t(mode), out)
 	})
 }
 
-// AddPSITrigger calls fn each time PSI trigger t fires on the cgroup's
-// cgroup2 memory.pressure, or system-wide (/proc/pressure/memory) when cg
-// is nil. The kernel fires a trigger at most once per window.
-func (l *Loop) AddPSITrigger(cg *Cgroup, t PSITrigger, fn MemcgFunc) (*Source, error) {
+// WatchPSI is PSI trigger t on the cgroup's cgroup2 memory.pressure, or
+// system-wide (/proc/pressure/memory) when cg is nil: a MemPSI event each
+// time it fires (at most once per window).
+func WatchPSI(cg *Cgroup, t PSITrigger) (*MemcgWatch, error) {
+	op := "PSI trigger " + t.String()
 	if t.Stall < 0 || t.Window < 0 {
-		return nil, &CgroupError{Op: "PSI trigger " + t.String(), Errno: syscall.EINVAL}
+		return nil, &errnoError{"eventq: " + op + ": negative duration", syscall.EINVAL}
 	}
 	kind := C.uint32_t(C.EVENTQ_MEMCG_PSI_SOME)
 	if t.Full {
 		kind = C.EVENTQ_MEMCG_PSI_FULL
 	}
-	return l.addMemcg("PSI trigger "+t.String(), cg, fn, func(lp *C.eventq_loop, c *C.eventq_memcg, h C.uintptr_t, out **C.eventq_source) C.int {
-		return C.eq_add_memcg_psi(lp, c, kind, C.uint64_t(t.Stall.Microseconds()),
-			C.uint64_t(t.Window.Microseconds()), h, out)
+	return newWatch(op, cg, true, func(c *C.eventq_memcg, out **C.eventq_memcg_watch) C.int {
+		return C.eventq_memcg_watch_psi(c, kind, C.uint64_t(t.Stall.Microseconds()),
+			C.uint64_t(t.Window.Microseconds()), out)
 	})
 }
 
-// AddMemoryEvents calls fn when the cgroup's cgroup2 memory.events
-// counters (low, high, max, oom, oom_kill, ...) change, with the counters
-// that changed as Deltas.
-func (l *Loop) AddMemoryEvents(cg *Cgroup, fn MemcgFunc) (*Source, error) {
-	return l.AddCgroupEventsFile(cg, "memory.events", fn)
+// WatchMemoryEvents watches the cgroup's cgroup2 memory.events counters
+// (low, high, max, oom, oom_kill, ...): each MemChanged event has the
+// counters that changed as Deltas.
+func WatchMemoryEvents(cg *Cgroup) (*MemcgWatch, error) {
+	return newWatch("memory.events", cg, false, func(c *C.eventq_memcg, out **C.eventq_memcg_watch) C.int {
+		return C.eventq_memcg_watch_events(c, out)
+	})
 }
 
-// AddCgroupEventsFile is AddMemoryEvents for any flat-keyed cgroup2 file
-// the kernel notifies on (memory.events.local, memory.swap.events,
+// WatchCounters is WatchMemoryEvents for any flat-keyed cgroup2 file the
+// kernel notifies on (memory.events.local, memory.swap.events,
 // cgroup.events).
-func (l *Loop) AddCgroupEventsFile(cg *Cgroup, file string, fn MemcgFunc) (*Source, error) {
-	if cg == nil {
-		return nil, syscall.EINVAL
-	}
+func WatchCounters(cg *Cgroup, file string) (*MemcgWatch, error) {
 	cfile := C.CString(file)
 	defer C.free(unsafe.Pointer(cfile))
-	return l.addMemcg(file, cg, fn, func(lp *C.eventq_loop, c *C.eventq_memcg, h C.uintptr_t, out **C.eventq_source) C.int {
-		return C.eq_add_memcg_events(lp, c, cfile, h, out)
+	return newWatch(file, cg, false, func(c *C.eventq_memcg, out **C.eventq_memcg_watch) C.int {
+		return C.eventq_memcg_watch_counters(c, cfile, out)
 	})
+}
+
+// AddMemcg adds watch w as a source: fn runs on the loop's goroutine once
+// per event of the watch, with a *MemcgEvent copied into Go memory. When
+// the cgroup is removed fn gets MemRemoved once and the source is disabled.
+// AddMemcg takes w over, also when it fails: w needs no Close, and cannot
+// be added again (ErrWatchUsed).
+func (l *Loop) AddMemcg(w *MemcgWatch, fn MemcgFunc) (*Source, error) {
+	if w == nil {
+		return nil, syscall.EINVAL
+	}
+	p := w.take()
+	if p == nil {
+		return nil, ErrWatchUsed
+	}
+	runtime.SetFinalizer(w, nil)
+	if fn == nil {
+		C.eventq_memcg_watch_free(p)
+		return nil, syscall.EINVAL
+	}
+	called := false
+	src, err := l.add(&Source{memcgFn: fn}, func(c *loopCore, h C.uintptr_t, out **C.eventq_source) C.int {
+		called = true // from here on the library owns p, whatever it returns
+		return C.eq_add_memcg(c.ptr, p, h, out)
+	})
+	if !called {
+		C.eventq_memcg_watch_free(p)
+	}
+	return src, err
 }

@@ -20,8 +20,8 @@ import (
 	eventq "github.com/libeventq/libeventq/bindings/go"
 )
 
-// The memory-pressure sources through the Go binding: errors that say what
-// is missing, and the real cgroup v1 test (where the memory controller is
+// The memory-pressure watches through the Go binding: errors that say what
+// is missing, watch ownership, and the real cgroup v1 test (where the memory controller is
 // writable): a child process moved into a new child cgroup allocates past
 // a threshold, then into its limit; the threshold, OOM and removal
 // notifications are asserted with their counts. Where cgroups are not
@@ -78,13 +78,20 @@ func childCgroup(t *testing.T, parent string) (string, error) {
 	return dir, nil
 }
 
+// addMemcg adds the watch a constructor returned (with its error).
+func addMemcg(lp *eventq.Loop, w *eventq.MemcgWatch, err error, fn eventq.MemcgFunc) (*eventq.Source, error) {
+	if err != nil {
+		return nil, err
+	}
+	return lp.AddMemcg(w, fn)
+}
+
 func TestMemcgErrors(t *testing.T) {
 	checkHandles(t)
 	_, err := eventq.OpenCgroup("/nonexistent/eventq")
-	var cerr *eventq.CgroupError
-	if !errors.As(err, &cerr) || !errors.Is(err, syscall.ENOENT) ||
-		!strings.Contains(err.Error(), "no such cgroup") {
-		t.Fatalf("OpenCgroup(nonexistent) = %v, want a CgroupError wrapping ENOENT", err)
+	if !errors.Is(err, syscall.ENOENT) || !strings.Contains(err.Error(), "no such cgroup") ||
+		!strings.Contains(err.Error(), "/nonexistent/eventq") {
+		t.Fatalf("OpenCgroup(nonexistent) = %v, want an error wrapping ENOENT that names it", err)
 	}
 	if _, err := eventq.OpenCgroup(os.TempDir()); !errors.Is(err, syscall.ENOENT) {
 		t.Errorf("OpenCgroup(a plain directory) = %v, want ENOENT", err)
@@ -98,12 +105,50 @@ func TestMemcgErrors(t *testing.T) {
 		{Full: true, Stall: 0, Window: 2 * time.Second},
 		{Stall: 3 * time.Second, Window: 2 * time.Second},
 	} {
-		if _, err := lp.AddPSITrigger(nil, tr, noop); !errors.Is(err, syscall.EINVAL) {
-			t.Errorf("AddPSITrigger(%v) = %v, want EINVAL", tr, err)
+		if _, err := eventq.WatchPSI(nil, tr); !errors.Is(err, syscall.EINVAL) ||
+			!strings.Contains(err.Error(), "PSI trigger") {
+			t.Errorf("WatchPSI(%v) = %v, want EINVAL", tr, err)
 		}
 	}
-	if _, err := lp.AddPSITrigger(nil, eventq.PSITrigger{Stall: time.Millisecond, Window: 2 * time.Second}, nil); !errors.Is(err, syscall.EINVAL) {
-		t.Errorf("nil callback: %v, want EINVAL", err)
+	if _, err := eventq.WatchOOM(nil); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("WatchOOM(nil) = %v, want EINVAL", err)
+	}
+	if _, err := lp.AddMemcg(nil, noop); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("AddMemcg(nil) = %v, want EINVAL", err)
+	}
+
+	// AddMemcg takes the watch over, also when it fails.
+	if _, statErr := os.Stat("/proc/pressure/memory"); statErr == nil {
+		tr := eventq.PSITrigger{Stall: 150 * time.Millisecond, Window: 2 * time.Second}
+		w, err := eventq.WatchPSI(nil, tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lp.AddMemcg(w, nil); !errors.Is(err, syscall.EINVAL) {
+			t.Errorf("nil callback: %v, want EINVAL", err)
+		}
+		if _, err := lp.AddMemcg(w, noop); !errors.Is(err, eventq.ErrWatchUsed) {
+			t.Errorf("a watch added twice: %v, want ErrWatchUsed", err)
+		}
+		w.Close() // nothing left to free
+		if w, err = eventq.WatchPSI(nil, tr); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		if _, err := lp.AddMemcg(w, noop); !errors.Is(err, eventq.ErrWatchUsed) {
+			t.Errorf("a closed watch: %v, want ErrWatchUsed", err)
+		}
+		closed, err := eventq.NewLoop()
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed.Close()
+		if w, err = eventq.WatchPSI(nil, tr); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := closed.AddMemcg(w, noop); !errors.Is(err, eventq.ErrLoopClosed) {
+			t.Errorf("a closed loop: %v, want ErrLoopClosed", err)
+		}
 	}
 
 	own, err := eventq.OwnCgroup()
@@ -116,17 +161,18 @@ func TestMemcgErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := lp.AddMemoryThreshold(cg, 1, noop); !errors.Is(err, syscall.ENODEV) ||
-			!strings.Contains(err.Error(), "controller not available") {
+		if _, err := eventq.WatchThreshold(cg, 1); !errors.Is(err, syscall.ENODEV) ||
+			!strings.Contains(err.Error(), "memory threshold: memory controller or interface not available") {
 			t.Errorf("threshold on a cgroup2 cgroup: %v, want ENODEV", err)
 		}
-		if _, err := lp.AddOOM(cg, noop); !errors.Is(err, syscall.ENODEV) {
+		if _, err := eventq.WatchOOM(cg); !errors.Is(err, syscall.ENODEV) {
 			t.Errorf("OOM on a cgroup2 cgroup: %v, want ENODEV", err)
 		}
 		cg.Close()
 		cg.Close() // a second Close does nothing
-		if _, err := lp.AddOOM(cg, noop); !errors.Is(err, syscall.EBADF) {
-			t.Errorf("closed cgroup: %v, want EBADF", err)
+		if _, err := eventq.WatchOOM(cg); !errors.Is(err, eventq.ErrCgroupClosed) ||
+			!errors.Is(err, syscall.EBADF) {
+			t.Errorf("closed cgroup: %v, want ErrCgroupClosed", err)
 		}
 		if cg.V2Dir() != "" {
 			t.Errorf("V2Dir after Close = %q", cg.V2Dir())
@@ -141,14 +187,18 @@ func TestMemcgErrors(t *testing.T) {
 		if cg.V2Dir() != "" || cg.V1Dir() != v1 {
 			t.Errorf("v1 cgroup dirs: %q %q", cg.V1Dir(), cg.V2Dir())
 		}
-		if _, err := lp.AddMemoryEvents(cg, noop); !errors.Is(err, syscall.ENODEV) {
+		if _, err := eventq.WatchMemoryEvents(cg); !errors.Is(err, syscall.ENODEV) {
 			t.Errorf("memory.events on a v1 cgroup: %v, want ENODEV", err)
+		}
+		if _, err := eventq.WatchCounters(cg, "a/b"); !errors.Is(err, syscall.EINVAL) {
+			t.Errorf("counters file a/b: %v, want EINVAL", err)
 		}
 	}
 
 	// System-wide PSI: registered where the kernel has PSI.
 	tr := eventq.PSITrigger{Stall: 150 * time.Millisecond, Window: 2 * time.Second}
-	src, err := lp.AddPSITrigger(nil, tr, noop)
+	w, err := eventq.WatchPSI(nil, tr)
+	src, err := addMemcg(lp, w, err, noop)
 	if _, statErr := os.Stat("/proc/pressure/memory"); statErr != nil {
 		if !errors.Is(err, syscall.EOPNOTSUPP) {
 			t.Errorf("PSI without /proc/pressure: %v, want EOPNOTSUPP", err)
@@ -281,10 +331,12 @@ func TestMemcgV1(t *testing.T) {
 		return
 	}
 	const threshold = 16 * mib
-	if _, err := lp.AddMemoryThreshold(cg, threshold, record); err != nil {
+	w, err := eventq.WatchThreshold(cg, threshold)
+	if _, err := addMemcg(lp, w, err, record); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lp.AddOOM(cg, record); err != nil {
+	w, err = eventq.WatchOOM(cg)
+	if _, err := addMemcg(lp, w, err, record); err != nil {
 		t.Fatal(err)
 	}
 
@@ -378,15 +430,18 @@ func TestMemcgV2Removal(t *testing.T) {
 	}
 	want := 1
 	tr := eventq.PSITrigger{Stall: 100 * time.Millisecond, Window: 2 * time.Second}
-	if _, err := lp.AddPSITrigger(cg, tr, record); err == nil {
+	w, err := eventq.WatchPSI(cg, tr)
+	if _, err := addMemcg(lp, w, err, record); err == nil {
 		want++
 	} else {
 		t.Logf("PSI part skipped: %v", err)
 	}
-	if _, err := lp.AddCgroupEventsFile(cg, "cgroup.events", record); err != nil {
+	w, err = eventq.WatchCounters(cg, "cgroup.events")
+	if _, err := addMemcg(lp, w, err, record); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lp.AddMemoryEvents(cg, record); err != nil && !errors.Is(err, syscall.ENODEV) {
+	w, err = eventq.WatchMemoryEvents(cg)
+	if _, err := addMemcg(lp, w, err, record); err != nil && !errors.Is(err, syscall.ENODEV) {
 		t.Errorf("memory.events: %v, want success or ENODEV", err)
 	} else if err == nil {
 		want++

@@ -26,7 +26,8 @@ pub struct eventq_loop(Loop);
 
 impl Handle for eventq_loop {}
 
-/// A source of a loop (see `eventq_loop_add_fd` and the other adds).
+/// A source of a loop (see `eventq_loop_add_fd` and the other adds, and
+/// `eventq_loop_add_memcg`).
 pub struct eventq_source {
     lp: LoopHandle,
     id: SourceId,
@@ -103,7 +104,7 @@ pub type eventq_post_fn = Option<extern "C" fn(arg: *mut c_void)>;
 /// The C side of a source: userdata with its destroy hook, and the
 /// source's own handle reference. Dropped exactly once: when the source
 /// goes away, or when the add call fails.
-struct Hook {
+pub(crate) struct Hook {
     userdata: UserData,
     src: *const eventq_source,
 }
@@ -125,7 +126,7 @@ impl Drop for Hook {
 }
 
 /// A C callback's return as a result.
-fn status(rc: c_int) -> crate::Result<()> {
+pub(crate) fn status(rc: c_int) -> crate::Result<()> {
     if rc < 0 {
         Err(Error::Callback(rc))
     } else {
@@ -133,7 +134,7 @@ fn status(rc: c_int) -> crate::Result<()> {
     }
 }
 
-fn loop_ref<'a>(lp: *const eventq_loop) -> Result<&'a Loop, c_int> {
+pub(crate) fn loop_ref<'a>(lp: *const eventq_loop) -> Result<&'a Loop, c_int> {
     borrow(lp).map(|l| &l.0)
 }
 
@@ -151,7 +152,7 @@ fn duration_ns(ns: u64) -> Duration {
 impl Hook {
     /// Takes ownership of userdata at the start of an add call: from here on
     /// every path, failure included, runs destroy(userdata) exactly once.
-    fn new(userdata: *mut c_void, destroy: eventq_destroy_fn) -> Hook {
+    pub(crate) fn new(userdata: *mut c_void, destroy: eventq_destroy_fn) -> Hook {
         Hook {
             userdata: UserData::new(userdata, destroy),
             src: ptr::null(),
@@ -180,7 +181,7 @@ impl Hook {
 /// the handle and userdata. If the add fails before the factory runs, the
 /// hook is dropped here and destroy(userdata) runs. Returns 0 with the
 /// handle in `*out`, or the error.
-fn add_source(
+pub(crate) fn add_source(
     lp: &Loop,
     hook: Hook,
     out: *mut *mut eventq_source,

@@ -1,11 +1,12 @@
-//! `eventq_memcg_*` and `eventq_loop_add_memcg_*`: memory-pressure sources
-//! in the C ABI.
+//! `eventq_memcg_*` and `eventq_loop_add_memcg`: memory-pressure watches in
+//! the C ABI.
 //!
-//! Each add call registers with the kernel (a `memcg::Watch`), then adds the
-//! watch's fd through `eventq_loop_add_fd` with a trampoline that turns each
-//! wake-up into one `eventq_memcg_event`. So a memcg source is an fd source:
-//! the same handle, the same ownership rule for userdata and destroy, the
-//! same removal guarantees (D8).
+//! A cgroup handle (`eventq_memcg`) says where; each `eventq_memcg_watch_*`
+//! call registers one watch with the kernel (`memcg::Watch`), and
+//! `eventq_loop_add_memcg` makes it a loop source through the same path as
+//! every other add (`add_source`): the same `eventq_source` handle, the same
+//! rules for userdata, destroy and `out`, the same removal guarantees (D8).
+//! The loop disables the source after it reported its cgroup's removal.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString, OsStr};
 use std::os::unix::ffi::OsStrExt;
@@ -14,9 +15,10 @@ use std::ptr;
 use std::time::Duration;
 
 use super::event_loop::{
-    eventq_destroy_fn, eventq_loop, eventq_loop_add_fd, eventq_source, eventq_source_set_enabled,
+    add_source, eventq_destroy_fn, eventq_loop, eventq_source, loop_ref, status, Hook,
 };
-use super::{boundary, eventq_strerror, put, PANIC};
+use super::{borrow, boundary, check, einval, free, give, neg, require, take, Handle, PANIC};
+use crate::event_loop::Event;
 use crate::memcg::{Cgroup, Level, MemEvent, Mode, PsiTrigger, Watch};
 
 /// A memory cgroup: its cgroup v1 `memory` directory, its cgroup2
@@ -24,12 +26,22 @@ use crate::memcg::{Cgroup, Level, MemEvent, Mode, PsiTrigger, Watch};
 /// `eventq_memcg_free`.
 pub struct eventq_memcg(Cgroup);
 
+impl Handle for eventq_memcg {}
+
+/// One registration with the kernel (a threshold, OOM, pressure-level or
+/// PSI trigger, or a counters file), made by an `eventq_memcg_watch_*`
+/// call. `eventq_loop_add_memcg` takes it over; one never added is freed
+/// with `eventq_memcg_watch_free`, which unregisters it.
+pub struct eventq_memcg_watch(Watch);
+
+impl Handle for eventq_memcg_watch {}
+
 /// `eventq_memcg_dir` version: the cgroup v1 `memory` hierarchy.
 pub const EVENTQ_MEMCG_V1: u32 = 1;
 /// `eventq_memcg_dir` version: cgroup2.
 pub const EVENTQ_MEMCG_V2: u32 = 2;
 
-/// memory.pressure_level levels (`eventq_loop_add_memcg_pressure_level`).
+/// memory.pressure_level levels (`eventq_memcg_watch_pressure_level`).
 pub const EVENTQ_MEMCG_LOW: u32 = 0;
 pub const EVENTQ_MEMCG_MEDIUM: u32 = 1;
 pub const EVENTQ_MEMCG_CRITICAL: u32 = 2;
@@ -109,9 +121,8 @@ pub struct eventq_memcg_event {
     pub ndeltas: usize,
 }
 
-/// A memory source's callback: one call per wake-up, with its event.
-/// Return 0, or a negative errno to disable the source (see
-/// `eventq_source_error`).
+/// A memory source's callback: one call per event, with the event. Return
+/// 0, or a negative errno to disable the source (see `eventq_source_error`).
 pub type eventq_memcg_fn = Option<
     extern "C" fn(
         src: *mut eventq_source,
@@ -120,221 +131,142 @@ pub type eventq_memcg_fn = Option<
     ) -> c_int,
 >;
 
-/// The caller's userdata and destroy hook: destroy runs when this drops.
-struct UserData {
-    userdata: *mut c_void,
-    destroy: eventq_destroy_fn,
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
-impl Drop for UserData {
-    fn drop(&mut self) {
-        if let Some(destroy) = self.destroy {
-            destroy(self.userdata);
-        }
-    }
-}
-
-/// A memcg source's state behind the fd source's userdata. Dropped by the
-/// loop's destroy hook: the watch first (closing its fds unregisters it
-/// with the kernel), then the caller's userdata.
-struct Ctx {
-    watch: Watch,
+/// Calls `cb` with `ev` as an `eventq_memcg_event` (whose pointers are
+/// valid during the call).
+fn call_back(
     cb: extern "C" fn(*mut eventq_source, *const eventq_memcg_event, *mut c_void) -> c_int,
-    spec: CString,
-    names: Vec<CString>,
-    deltas: Vec<eventq_memcg_delta>,
-    user: UserData,
-}
-
-impl Ctx {
-    fn dispatch(&mut self, src: *mut eventq_source, revents: u32) -> c_int {
-        let Ctx {
-            watch,
-            cb,
-            spec,
-            names,
-            deltas,
-            user,
-        } = self;
-        if watch.is_removed() {
-            // Re-enabled after its removal: the fd of a PSI or counters
-            // watch stays ready, so disable it again rather than spin.
-            eventq_source_set_enabled(src, 0);
-            return 0;
-        }
-        let ev = match watch.read(revents) {
-            Ok(Some(ev)) => ev,
-            Ok(None) => return 0,
-            Err(e) => return -e.raw_os_error().unwrap_or(libc::EIO),
-        };
-        let mut c = eventq_memcg_event {
-            kind: 0,
-            count: 0,
-            threshold: 0,
-            usage: 0,
-            under_oom: false,
-            oom_kill: 0,
-            level: 0,
-            mode: 0,
-            psi_kind: 0,
-            psi_stall_us: 0,
-            psi_window_us: 0,
-            spec: spec.as_ptr(),
-            deltas: ptr::null(),
-            ndeltas: 0,
-        };
-        match ev {
-            MemEvent::Threshold {
-                count,
-                threshold,
-                usage,
-            } => {
-                c.kind = EVENTQ_MEMCG_THRESHOLD;
-                (c.count, c.threshold, c.usage) = (count, threshold, usage);
-            }
-            MemEvent::Oom {
-                count,
-                under_oom,
-                oom_kill,
-            } => {
-                c.kind = EVENTQ_MEMCG_OOM;
-                (c.count, c.under_oom, c.oom_kill) = (count, under_oom, oom_kill);
-            }
-            MemEvent::Pressure { count, level, mode } => {
-                c.kind = EVENTQ_MEMCG_PRESSURE;
-                c.count = count;
-                c.level = match level {
-                    Level::Low => EVENTQ_MEMCG_LOW,
-                    Level::Medium => EVENTQ_MEMCG_MEDIUM,
-                    Level::Critical => EVENTQ_MEMCG_CRITICAL,
-                };
-                c.mode = match mode {
-                    Mode::Default => EVENTQ_MEMCG_MODE_DEFAULT,
-                    Mode::Hierarchy => EVENTQ_MEMCG_MODE_HIERARCHY,
-                    Mode::Local => EVENTQ_MEMCG_MODE_LOCAL,
-                };
-            }
-            MemEvent::Psi { trigger } => {
-                c.kind = EVENTQ_MEMCG_PSI;
-                c.count = 1;
-                c.psi_kind = if trigger.full {
-                    EVENTQ_MEMCG_PSI_FULL
-                } else {
-                    EVENTQ_MEMCG_PSI_SOME
-                };
-                c.psi_stall_us = u64::try_from(trigger.stall.as_micros()).unwrap_or(u64::MAX);
-                c.psi_window_us = u64::try_from(trigger.window.as_micros()).unwrap_or(u64::MAX);
-            }
-            MemEvent::Changed { deltas: ds, .. } => {
-                c.kind = EVENTQ_MEMCG_CHANGED;
-                names.clear();
-                names.extend(
-                    ds.iter()
-                        .map(|d| CString::new(d.name.as_str()).unwrap_or_default()),
-                );
-                deltas.clear();
-                deltas.extend(
-                    ds.iter()
-                        .zip(names.iter())
-                        .map(|(d, n)| eventq_memcg_delta {
-                            name: n.as_ptr(),
-                            value: d.value,
-                            delta: d.delta,
-                        }),
-                );
-                c.deltas = deltas.as_ptr();
-                c.ndeltas = deltas.len();
-            }
-            MemEvent::Removed { count } => {
-                c.kind = EVENTQ_MEMCG_REMOVED;
-                c.count = count;
-            }
-        }
-        let removed = c.kind == EVENTQ_MEMCG_REMOVED;
-        let rc = cb(src, &c, user.userdata);
-        if removed && rc >= 0 {
-            // Nothing follows a removal; the fd of a PSI or counters source
-            // would stay ready.
-            eventq_source_set_enabled(src, 0);
-        }
-        rc
-    }
-}
-
-extern "C" fn ctx_fd_cb(
     src: *mut eventq_source,
-    _fd: c_int,
-    revents: u32,
     userdata: *mut c_void,
+    spec: &CStr,
+    ev: &MemEvent,
 ) -> c_int {
-    boundary!(PANIC, {
-        // SAFETY: userdata is the Ctx made by `add`, owned by this source;
-        // the loop runs one callback of a source at a time, and destroys the
-        // Ctx only after its callback returned.
-        let ctx = unsafe { &mut *userdata.cast::<Ctx>() };
-        ctx.dispatch(src, revents)
-    })
-}
-
-extern "C" fn ctx_destroy(userdata: *mut c_void) {
-    boundary!((), {
-        // SAFETY: userdata came from Box::into_raw in `add`; the loop runs
-        // this destroy hook exactly once.
-        drop(unsafe { Box::from_raw(userdata.cast::<Ctx>()) });
-    })
-}
-
-fn cgroup_ref<'a>(cg: *const eventq_memcg) -> Option<&'a Cgroup> {
-    // SAFETY: a non-NULL cg is a live handle from eventq_memcg_own/_open.
-    unsafe { cg.as_ref() }.map(|c| &c.0)
-}
-
-/// The common part of the add calls: takes ownership of userdata first, so
-/// every failure path runs destroy exactly once; registers the watch; adds
-/// its fd to the loop.
-fn add(
-    lp: *const eventq_loop,
-    cb: eventq_memcg_fn,
-    user: UserData,
-    out: *mut *mut eventq_source,
-    make: impl FnOnce() -> crate::memcg::Result<Watch>,
-) -> c_int {
-    if lp.is_null() {
-        return -libc::EINVAL;
+    let mut c = eventq_memcg_event {
+        kind: 0,
+        count: 0,
+        threshold: 0,
+        usage: 0,
+        under_oom: false,
+        oom_kill: 0,
+        level: 0,
+        mode: 0,
+        psi_kind: 0,
+        psi_stall_us: 0,
+        psi_window_us: 0,
+        spec: spec.as_ptr(),
+        deltas: ptr::null(),
+        ndeltas: 0,
+    };
+    let (mut names, mut deltas) = (Vec::new(), Vec::new());
+    match *ev {
+        MemEvent::Threshold {
+            count,
+            threshold,
+            usage,
+        } => {
+            c.kind = EVENTQ_MEMCG_THRESHOLD;
+            (c.count, c.threshold, c.usage) = (count, threshold, usage);
+        }
+        MemEvent::Oom {
+            count,
+            under_oom,
+            oom_kill,
+        } => {
+            c.kind = EVENTQ_MEMCG_OOM;
+            (c.count, c.under_oom, c.oom_kill) = (count, under_oom, oom_kill);
+        }
+        MemEvent::Pressure { count, level, mode } => {
+            c.kind = EVENTQ_MEMCG_PRESSURE;
+            c.count = count;
+            c.level = match level {
+                Level::Low => EVENTQ_MEMCG_LOW,
+                Level::Medium => EVENTQ_MEMCG_MEDIUM,
+                Level::Critical => EVENTQ_MEMCG_CRITICAL,
+            };
+            c.mode = match mode {
+                Mode::Default => EVENTQ_MEMCG_MODE_DEFAULT,
+                Mode::Hierarchy => EVENTQ_MEMCG_MODE_HIERARCHY,
+                Mode::Local => EVENTQ_MEMCG_MODE_LOCAL,
+            };
+        }
+        MemEvent::Psi { trigger } => {
+            c.kind = EVENTQ_MEMCG_PSI;
+            c.count = 1;
+            c.psi_kind = if trigger.full {
+                EVENTQ_MEMCG_PSI_FULL
+            } else {
+                EVENTQ_MEMCG_PSI_SOME
+            };
+            (c.psi_stall_us, c.psi_window_us) = (micros(trigger.stall), micros(trigger.window));
+        }
+        MemEvent::Changed { deltas: ref ds, .. } => {
+            c.kind = EVENTQ_MEMCG_CHANGED;
+            names.extend(
+                ds.iter()
+                    .map(|d| CString::new(d.name.as_str()).unwrap_or_default()),
+            );
+            deltas.extend(ds.iter().zip(&names).map(|(d, n)| eventq_memcg_delta {
+                name: n.as_ptr(),
+                value: d.value,
+                delta: d.delta,
+            }));
+            (c.deltas, c.ndeltas) = (deltas.as_ptr(), deltas.len());
+        }
+        MemEvent::Removed { count } => {
+            c.kind = EVENTQ_MEMCG_REMOVED;
+            c.count = count;
+        }
     }
-    let Some(cb) = cb else {
-        return -libc::EINVAL;
-    };
-    let watch = match make() {
-        Ok(w) => w,
-        Err(e) => return -e.errno(),
-    };
-    let spec = CString::new(watch.spec()).unwrap_or_default();
-    let (fd, interest) = (watch.fd(), watch.interest());
-    let ctx = Box::into_raw(Box::new(Ctx {
-        watch,
-        cb,
-        spec,
-        names: Vec::new(),
-        deltas: Vec::new(),
-        user,
-    }));
-    // On failure eventq_loop_add_fd runs ctx_destroy before returning.
-    eventq_loop_add_fd(
-        lp,
-        fd,
-        interest,
-        Some(ctx_fd_cb),
-        ctx.cast(),
-        Some(ctx_destroy),
-        out,
-    )
+    cb(src, &c, userdata)
 }
 
-fn cstr_path<'a>(path: *const c_char) -> Option<&'a Path> {
-    // SAFETY: a non-NULL path is a NUL-terminated string (header contract).
-    let s = unsafe { path.as_ref().map(|p| CStr::from_ptr(p)) }?;
-    Some(Path::new(OsStr::from_bytes(s.to_bytes())))
+fn cgroup_ref<'a>(cg: *const eventq_memcg) -> Result<&'a Cgroup, c_int> {
+    borrow(cg).map(|c| &c.0)
+}
+
+fn cstr<'a>(s: *const c_char) -> Result<&'a CStr, c_int> {
+    // SAFETY: a non-NULL string argument is NUL-terminated and outlives the
+    // call (header contract).
+    unsafe { s.as_ref().map(|p| CStr::from_ptr(p)) }.ok_or(-libc::EINVAL)
+}
+
+/// An EVENTQ_MEMCG_LOW/_MEDIUM/_CRITICAL argument.
+fn level_of(level: u32) -> Result<Level, c_int> {
+    match level {
+        EVENTQ_MEMCG_LOW => Ok(Level::Low),
+        EVENTQ_MEMCG_MEDIUM => Ok(Level::Medium),
+        EVENTQ_MEMCG_CRITICAL => Ok(Level::Critical),
+        _ => einval(),
+    }
+}
+
+/// An EVENTQ_MEMCG_MODE_* argument.
+fn mode_of(mode: u32) -> Result<Mode, c_int> {
+    match mode {
+        EVENTQ_MEMCG_MODE_DEFAULT => Ok(Mode::Default),
+        EVENTQ_MEMCG_MODE_HIERARCHY => Ok(Mode::Hierarchy),
+        EVENTQ_MEMCG_MODE_LOCAL => Ok(Mode::Local),
+        _ => einval(),
+    }
+}
+
+/// Writes a new cgroup handle to `*out`, or returns the error.
+fn give_cgroup(out: *mut *mut eventq_memcg, res: crate::Result<Cgroup>) -> c_int {
+    match res {
+        Ok(cg) => give(out, eventq_memcg(cg)),
+        Err(e) => neg(&e),
+    }
+}
+
+/// Writes a new watch handle to `*out`, or returns the error.
+fn give_watch(out: *mut *mut eventq_memcg_watch, res: crate::Result<Watch>) -> c_int {
+    match res {
+        Ok(w) => give(out, eventq_memcg_watch(w)),
+        Err(e) => neg(&e),
+    }
 }
 
 /// The calling process's memory cgroup, from /proc/self/cgroup and the
@@ -351,16 +283,8 @@ fn cstr_path<'a>(path: *const c_char) -> Option<&'a Path> {
 #[no_mangle]
 pub extern "C" fn eventq_memcg_own(out: *mut *mut eventq_memcg) -> c_int {
     boundary!(PANIC, {
-        if out.is_null() {
-            return -libc::EINVAL;
-        }
-        match Cgroup::own() {
-            Ok(cg) => {
-                put(out, Box::into_raw(Box::new(eventq_memcg(cg))));
-                0
-            }
-            Err(e) => -e.errno(),
-        }
+        require!(!out.is_null());
+        give_cgroup(out, Cgroup::own())
     })
 }
 
@@ -377,35 +301,20 @@ pub extern "C" fn eventq_memcg_own(out: *mut *mut eventq_memcg) -> c_int {
 #[no_mangle]
 pub extern "C" fn eventq_memcg_open(path: *const c_char, out: *mut *mut eventq_memcg) -> c_int {
     boundary!(PANIC, {
-        let Some(path) = cstr_path(path) else {
-            return -libc::EINVAL;
-        };
-        if out.is_null() {
-            return -libc::EINVAL;
-        }
-        match Cgroup::at(path) {
-            Ok(cg) => {
-                put(out, Box::into_raw(Box::new(eventq_memcg(cg))));
-                0
-            }
-            Err(e) => -e.errno(),
-        }
+        let path = check!(cstr(path));
+        require!(!out.is_null());
+        let path = Path::new(OsStr::from_bytes(path.to_bytes()));
+        give_cgroup(out, Cgroup::at(path))
     })
 }
 
-/// Frees a cgroup handle (sources made with it do not need it). NULL is a
+/// Frees a cgroup handle (watches made with it do not need it). NULL is a
 /// no-op.
 ///
 /// Thread safety: not while other threads use the handle.
 #[no_mangle]
 pub extern "C" fn eventq_memcg_free(cg: *mut eventq_memcg) {
-    boundary!((), {
-        if !cg.is_null() {
-            // SAFETY: cg came from Box::into_raw in eventq_memcg_own/_open
-            // and is freed once.
-            drop(unsafe { Box::from_raw(cg) });
-        }
-    })
+    boundary!((), { free(cg) })
 }
 
 /// Writes the cgroup's directory for `version` (EVENTQ_MEMCG_V1 or _V2),
@@ -425,13 +334,13 @@ pub extern "C" fn eventq_memcg_dir(
     len: usize,
 ) -> c_int {
     boundary!(PANIC, {
-        let Some(cg) = cgroup_ref(cg) else {
-            return -libc::EINVAL;
-        };
-        let dir = match version {
-            EVENTQ_MEMCG_V1 => cg.v1_dir(),
-            EVENTQ_MEMCG_V2 => cg.v2_dir(),
-            _ => return -libc::EINVAL,
+        let cg = check!(cgroup_ref(cg));
+        require!(version == EVENTQ_MEMCG_V1 || version == EVENTQ_MEMCG_V2);
+        require!(!buf.is_null() || len == 0);
+        let dir = if version == EVENTQ_MEMCG_V1 {
+            cg.v1_dir()
+        } else {
+            cg.v2_dir()
         };
         let Some(dir) = dir else {
             return -libc::ENODEV;
@@ -441,7 +350,7 @@ pub extern "C" fn eventq_memcg_dir(
             return -libc::EMSGSIZE;
         };
         if buf.is_null() {
-            return if len == 0 { n } else { -libc::EINVAL };
+            return n;
         }
         if len <= bytes.len() {
             return -libc::EMSGSIZE;
@@ -456,158 +365,94 @@ pub extern "C" fn eventq_memcg_dir(
     })
 }
 
-/// What a code returned by an eventq_memcg_* or eventq_loop_add_memcg_*
-/// call means there (negative or positive). Static storage, never NULL;
-/// codes without a memcg-specific meaning get eventq_strerror's text.
+/// A watch of the cgroup's memory usage (memory.usage_in_bytes) crossing
+/// `bytes`, up or down: kubelet's eviction threshold notifier (cgroup v1:
+/// an eventfd registered through cgroup.event_control). Its events
+/// (EVENTQ_MEMCG_THRESHOLD) count the crossings since the last one, with
+/// the usage read just after. Writes the watch to `*out` (see
+/// `eventq_loop_add_memcg`).
 ///
-/// Thread safety: any thread.
-#[no_mangle]
-pub extern "C" fn eventq_memcg_strerror(code: c_int) -> *const c_char {
-    let msg: &CStr = match code.checked_abs() {
-        Some(libc::ENOENT) => {
-            c"no such cgroup: the directory does not exist, is not a cgroup, or was removed"
-        }
-        Some(libc::ENODEV) => {
-            c"memory controller not available: the cgroup v1 memory controller is not mounted, the cgroup2 memory controller is not enabled for this cgroup, or the kernel lacks this interface"
-        }
-        Some(libc::EACCES) => {
-            c"permission denied: the cgroup's control file cannot be opened or written (cgroup.event_control, memory.pressure)"
-        }
-        Some(libc::EPERM) => {
-            c"not permitted: the cgroup refused the registration, or a PSI window that is not a multiple of 2 s needs CAP_SYS_RESOURCE"
-        }
-        Some(libc::EOPNOTSUPP) => {
-            c"kernel without PSI: CONFIG_PSI is off, psi=0, or per-cgroup PSI is disabled"
-        }
-        Some(libc::EINVAL) => {
-            c"invalid argument: NULL, an unknown level, mode or kind, a PSI window outside 500 ms..10 s, or a stall of 0 or longer than the window"
-        }
-        _ => return eventq_strerror(code),
-    };
-    msg.as_ptr()
-}
-
-/// Calls back each time the cgroup's memory usage (memory.usage_in_bytes)
-/// crosses `bytes`, up or down: kubelet's eviction threshold notifier
-/// (cgroup v1: an eventfd registered through cgroup.event_control). The
-/// event's count is the number of crossings since the last call, and usage
-/// the usage read just after. When the cgroup is removed the callback gets
-/// EVENTQ_MEMCG_REMOVED once and the source is disabled.
-///
-/// The source is an fd source: ownership of userdata, `out`, removal and
-/// callbacks as for `eventq_loop_add_fd` (destroy(userdata) runs exactly
-/// once, also if this call fails, before it returns).
-///
-/// Returns 0; -EINVAL for a NULL loop, cg or cb; -ENODEV if the cgroup has
-/// no cgroup v1 memory directory (cgroup2 only: use PSI or memory.events)
-/// or the kernel lacks cgroup.event_control; -ENOENT if the cgroup was
+/// Returns 0; -EINVAL for NULL cg or out; -ENODEV if the cgroup has no
+/// cgroup v1 memory directory (cgroup2 only: use PSI or memory.events) or
+/// the kernel lacks cgroup.event_control; -ENOENT if the cgroup was
 /// removed; -EACCES/-EPERM if cgroup.event_control cannot be written;
 /// -EMFILE/-ENFILE.
 ///
 /// Thread safety: any thread.
 #[no_mangle]
-pub extern "C" fn eventq_loop_add_memcg_threshold(
-    lp: *const eventq_loop,
+pub extern "C" fn eventq_memcg_watch_threshold(
     cg: *const eventq_memcg,
     bytes: u64,
-    cb: eventq_memcg_fn,
-    userdata: *mut c_void,
-    destroy: eventq_destroy_fn,
-    out: *mut *mut eventq_source,
+    out: *mut *mut eventq_memcg_watch,
 ) -> c_int {
     boundary!(PANIC, {
-        let user = UserData { userdata, destroy };
-        let Some(cg) = cgroup_ref(cg) else {
-            return -libc::EINVAL;
-        };
-        add(lp, cb, user, out, || Watch::threshold(cg, bytes))
+        let cg = check!(cgroup_ref(cg));
+        require!(!out.is_null());
+        give_watch(out, Watch::threshold(cg, bytes))
     })
 }
 
-/// Calls back each time the cgroup hits its memory limit and the kernel's
-/// OOM handling runs (cgroup v1 memory.oom_control), with the count since
-/// the last call and memory.oom_control's under_oom and oom_kill. Removal,
-/// ownership and callbacks as for `eventq_loop_add_memcg_threshold`.
+/// A watch of the cgroup hitting its memory limit and the kernel's OOM
+/// handling running (cgroup v1 memory.oom_control). Its events
+/// (EVENTQ_MEMCG_OOM) count the OOMs since the last one, with
+/// memory.oom_control's under_oom and oom_kill. Writes the watch to `*out`.
 ///
-/// Returns 0; -EINVAL for a NULL loop, cg or cb; -ENODEV if the cgroup has
-/// no cgroup v1 memory directory; -ENOENT if it was removed; -EACCES/-EPERM
-/// if cgroup.event_control cannot be written; -EMFILE/-ENFILE.
+/// Returns 0; -EINVAL for NULL cg or out; -ENODEV if the cgroup has no
+/// cgroup v1 memory directory; -ENOENT if it was removed; -EACCES/-EPERM if
+/// cgroup.event_control cannot be written; -EMFILE/-ENFILE.
 ///
 /// Thread safety: any thread.
 #[no_mangle]
-pub extern "C" fn eventq_loop_add_memcg_oom(
-    lp: *const eventq_loop,
+pub extern "C" fn eventq_memcg_watch_oom(
     cg: *const eventq_memcg,
-    cb: eventq_memcg_fn,
-    userdata: *mut c_void,
-    destroy: eventq_destroy_fn,
-    out: *mut *mut eventq_source,
+    out: *mut *mut eventq_memcg_watch,
 ) -> c_int {
     boundary!(PANIC, {
-        let user = UserData { userdata, destroy };
-        let Some(cg) = cgroup_ref(cg) else {
-            return -libc::EINVAL;
-        };
-        add(lp, cb, user, out, || Watch::oom(cg))
+        let cg = check!(cgroup_ref(cg));
+        require!(!out.is_null());
+        give_watch(out, Watch::oom(cg))
     })
 }
 
-/// Calls back on memory.pressure_level notifications (cgroup v1 vmpressure)
+/// A watch of memory.pressure_level notifications (cgroup v1 vmpressure)
 /// for `level` (EVENTQ_MEMCG_LOW, _MEDIUM, _CRITICAL) in `mode`
-/// (EVENTQ_MEMCG_MODE_DEFAULT, _HIERARCHY, _LOCAL), with the count since the
-/// last call. Removal, ownership and callbacks as for
-/// `eventq_loop_add_memcg_threshold`.
+/// (EVENTQ_MEMCG_MODE_DEFAULT, _HIERARCHY, _LOCAL). Its events
+/// (EVENTQ_MEMCG_PRESSURE) count the notifications since the last one.
+/// Writes the watch to `*out`.
 ///
-/// Returns 0; -EINVAL for a NULL loop, cg or cb, or an unknown level or
-/// mode; -ENODEV if the cgroup has no cgroup v1 memory directory or the
-/// kernel has no memory.pressure_level; -ENOENT if the cgroup was removed;
+/// Returns 0; -EINVAL for NULL cg or out, or an unknown level or mode;
+/// -ENODEV if the cgroup has no cgroup v1 memory directory or the kernel
+/// has no memory.pressure_level; -ENOENT if the cgroup was removed;
 /// -EACCES/-EPERM if cgroup.event_control cannot be written.
 ///
 /// Thread safety: any thread.
 #[no_mangle]
-pub extern "C" fn eventq_loop_add_memcg_pressure_level(
-    lp: *const eventq_loop,
+pub extern "C" fn eventq_memcg_watch_pressure_level(
     cg: *const eventq_memcg,
     level: u32,
     mode: u32,
-    cb: eventq_memcg_fn,
-    userdata: *mut c_void,
-    destroy: eventq_destroy_fn,
-    out: *mut *mut eventq_source,
+    out: *mut *mut eventq_memcg_watch,
 ) -> c_int {
     boundary!(PANIC, {
-        let user = UserData { userdata, destroy };
-        let Some(cg) = cgroup_ref(cg) else {
-            return -libc::EINVAL;
-        };
-        let level = match level {
-            EVENTQ_MEMCG_LOW => Level::Low,
-            EVENTQ_MEMCG_MEDIUM => Level::Medium,
-            EVENTQ_MEMCG_CRITICAL => Level::Critical,
-            _ => return -libc::EINVAL,
-        };
-        let mode = match mode {
-            EVENTQ_MEMCG_MODE_DEFAULT => Mode::Default,
-            EVENTQ_MEMCG_MODE_HIERARCHY => Mode::Hierarchy,
-            EVENTQ_MEMCG_MODE_LOCAL => Mode::Local,
-            _ => return -libc::EINVAL,
-        };
-        add(lp, cb, user, out, || Watch::pressure_level(cg, level, mode))
+        let cg = check!(cgroup_ref(cg));
+        let level = check!(level_of(level));
+        let mode = check!(mode_of(mode));
+        require!(!out.is_null());
+        give_watch(out, Watch::pressure_level(cg, level, mode))
     })
 }
 
-/// Calls back each time a PSI trigger fires: "some" (EVENTQ_MEMCG_PSI_SOME)
-/// or "full" (_FULL) memory stall of at least stall_us within any window_us
-/// (500000..10000000), on the cgroup's cgroup2 memory.pressure, or
-/// system-wide (/proc/pressure/memory) when cg is NULL. One call per POLLPRI
-/// wake-up (the kernel fires a trigger at most once per window). When the
-/// cgroup is removed (POLLERR) the callback gets EVENTQ_MEMCG_REMOVED once
-/// and the source is disabled. Ownership, `out` and callbacks as for
-/// `eventq_loop_add_fd`.
+/// A PSI trigger: "some" (EVENTQ_MEMCG_PSI_SOME) or "full" (_FULL) memory
+/// stall of at least stall_us within any window_us (500000..10000000), on
+/// the cgroup's cgroup2 memory.pressure, or system-wide
+/// (/proc/pressure/memory) when cg is NULL. One event (EVENTQ_MEMCG_PSI)
+/// per POLLPRI wake-up (the kernel fires a trigger at most once per
+/// window); when the cgroup is removed (POLLERR), EVENTQ_MEMCG_REMOVED.
+/// Writes the watch to `*out`.
 ///
-/// Returns 0; -EINVAL for a NULL loop or cb, an unknown kind, a window
-/// outside 500 ms..10 s, or a stall of 0 or longer than the window; -EPERM
-/// for a window that is not a multiple of 2 s without CAP_SYS_RESOURCE (the
+/// Returns 0; -EINVAL for NULL out, an unknown kind, a window outside
+/// 500 ms..10 s, or a stall of 0 or longer than the window; -EPERM for a
+/// window that is not a multiple of 2 s without CAP_SYS_RESOURCE (the
 /// kernel's rule for unprivileged triggers); -EOPNOTSUPP if the kernel has
 /// no PSI or per-cgroup PSI is disabled; -ENODEV if cg has no cgroup2
 /// directory; -ENOENT if the cgroup was removed; -EACCES if the pressure
@@ -615,73 +460,129 @@ pub extern "C" fn eventq_loop_add_memcg_pressure_level(
 ///
 /// Thread safety: any thread.
 #[no_mangle]
-pub extern "C" fn eventq_loop_add_memcg_psi(
-    lp: *const eventq_loop,
+pub extern "C" fn eventq_memcg_watch_psi(
     cg: *const eventq_memcg,
     kind: u32,
     stall_us: u64,
     window_us: u64,
-    cb: eventq_memcg_fn,
-    userdata: *mut c_void,
-    destroy: eventq_destroy_fn,
-    out: *mut *mut eventq_source,
+    out: *mut *mut eventq_memcg_watch,
 ) -> c_int {
     boundary!(PANIC, {
-        let user = UserData { userdata, destroy };
-        let cg = cgroup_ref(cg);
-        let full = match kind {
-            EVENTQ_MEMCG_PSI_SOME => false,
-            EVENTQ_MEMCG_PSI_FULL => true,
-            _ => return -libc::EINVAL,
+        let cg = if cg.is_null() {
+            None
+        } else {
+            Some(check!(cgroup_ref(cg)))
         };
+        require!(kind == EVENTQ_MEMCG_PSI_SOME || kind == EVENTQ_MEMCG_PSI_FULL);
+        require!(!out.is_null());
         let trigger = PsiTrigger {
-            full,
+            full: kind == EVENTQ_MEMCG_PSI_FULL,
             stall: Duration::from_micros(stall_us),
             window: Duration::from_micros(window_us),
         };
-        add(lp, cb, user, out, || Watch::psi(cg, trigger))
+        give_watch(out, Watch::psi(cg, trigger))
     })
 }
 
-/// Calls back when the counters of a flat-keyed cgroup2 file change: `file`
-/// is "memory.events" when NULL (low, high, max, oom, oom_kill, ...), or any
-/// file the kernel notifies on ("memory.events.local", "memory.swap.events",
-/// "cgroup.events"). The file is re-read on each POLLPRI wake-up and the
-/// counters that changed are passed as deltas (EVENTQ_MEMCG_CHANGED). When
-/// the cgroup is removed the callback gets EVENTQ_MEMCG_REMOVED once and
-/// the source is disabled. Ownership, `out` and callbacks as for
-/// `eventq_loop_add_fd`.
+/// A watch of the cgroup's cgroup2 memory.events counters (low, high, max,
+/// oom, oom_kill, ...): as `eventq_memcg_watch_counters` of
+/// "memory.events".
 ///
-/// Returns 0; -EINVAL for a NULL loop, cg or cb, or a file name with '/';
-/// -ENODEV if cg has no cgroup2 directory or the file does not exist there
-/// (for memory.*: the memory controller is not enabled for the cgroup);
-/// -ENOENT if the cgroup was removed; -EACCES if the file cannot be read.
+/// Returns 0; -EINVAL for NULL cg or out; -ENODEV if cg has no cgroup2
+/// directory or it has no memory.events (the memory controller is not
+/// enabled for the cgroup); -ENOENT if the cgroup was removed; -EACCES if
+/// the file cannot be read.
 ///
 /// Thread safety: any thread.
 #[no_mangle]
-pub extern "C" fn eventq_loop_add_memcg_events(
-    lp: *const eventq_loop,
+pub extern "C" fn eventq_memcg_watch_events(
+    cg: *const eventq_memcg,
+    out: *mut *mut eventq_memcg_watch,
+) -> c_int {
+    boundary!(PANIC, {
+        let cg = check!(cgroup_ref(cg));
+        require!(!out.is_null());
+        give_watch(out, Watch::memory_events(cg))
+    })
+}
+
+/// A watch of the counters of a flat-keyed cgroup2 file the kernel notifies
+/// on, named `file` ("memory.events", "memory.events.local",
+/// "memory.swap.events", "cgroup.events"). The file is re-read on each
+/// POLLPRI wake-up and the counters that changed are passed as deltas
+/// (EVENTQ_MEMCG_CHANGED); when the cgroup is removed,
+/// EVENTQ_MEMCG_REMOVED. Writes the watch to `*out`.
+///
+/// Returns 0; -EINVAL for NULL cg, file or out, or a file name that is
+/// empty, has a '/', or is not UTF-8; -ENODEV if cg has no cgroup2
+/// directory or the file does not exist there (for memory.*: the memory
+/// controller is not enabled for the cgroup); -ENOENT if the cgroup was
+/// removed; -EACCES if the file cannot be read.
+///
+/// Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn eventq_memcg_watch_counters(
     cg: *const eventq_memcg,
     file: *const c_char,
+    out: *mut *mut eventq_memcg_watch,
+) -> c_int {
+    boundary!(PANIC, {
+        let cg = check!(cgroup_ref(cg));
+        let name = check!(cstr(file).and_then(|f| f.to_str().or(einval())));
+        require!(!out.is_null());
+        give_watch(out, Watch::counters(cg, name))
+    })
+}
+
+/// Frees a watch that was not added to a loop (closing its fds unregisters
+/// it with the kernel). Never for a watch passed to `eventq_loop_add_memcg`,
+/// which owns it from then on. NULL is a no-op.
+///
+/// Thread safety: not while other threads use the watch.
+#[no_mangle]
+pub extern "C" fn eventq_memcg_watch_free(watch: *mut eventq_memcg_watch) {
+    boundary!((), { free(watch) })
+}
+
+/// Adds `watch` to the loop as a source: `cb` runs once per event of the
+/// watch, with the event. After EVENTQ_MEMCG_REMOVED (the cgroup is gone)
+/// the source is disabled; re-enabled, it disables itself again at its next
+/// wake-up. `eventq_source_set_events` does not apply to it (-EINVAL).
+///
+/// The call takes ownership of `watch`, also if it fails (the watch is
+/// freed then, before it returns): never use or free it afterwards; the
+/// source unregisters it when it goes away. Ownership of userdata, `out`,
+/// removal and callbacks as for `eventq_loop_add_fd` (destroy(userdata)
+/// runs exactly once, also if this call fails, before it returns).
+///
+/// Returns 0; -EINVAL for a NULL loop, watch or cb; -ENOMEM/-ENOSPC if
+/// epoll cannot watch one more fd.
+///
+/// Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn eventq_loop_add_memcg(
+    lp: *const eventq_loop,
+    watch: *mut eventq_memcg_watch,
     cb: eventq_memcg_fn,
     userdata: *mut c_void,
     destroy: eventq_destroy_fn,
     out: *mut *mut eventq_source,
 ) -> c_int {
     boundary!(PANIC, {
-        let user = UserData { userdata, destroy };
-        let Some(cg) = cgroup_ref(cg) else {
+        let hook = Hook::new(userdata, destroy);
+        let watch = take(watch);
+        let lp = check!(loop_ref(lp));
+        let (Some(watch), Some(cb)) = (watch, cb) else {
             return -libc::EINVAL;
         };
-        let name = if file.is_null() {
-            "memory.events".to_string()
-        } else {
-            // SAFETY: a non-NULL file is a NUL-terminated string.
-            match unsafe { CStr::from_ptr(file) }.to_str() {
-                Ok(s) => s.to_string(),
-                Err(_) => return -libc::EINVAL,
-            }
+        let watch = watch.0;
+        let spec = CString::new(watch.spec()).unwrap_or_default();
+        let on_event = move |src, ud, ev: Event<'_>| match ev {
+            Event::Memory(m) => status(call_back(cb, src, ud, &spec, &m)),
+            _ => Ok(()),
         };
-        add(lp, cb, user, out, || Watch::counters(cg, &name))
+        add_source(lp, hook, out, on_event, |make| {
+            lp.add_watch_with(watch, make)
+        })
     })
 }

@@ -286,7 +286,9 @@ pub extern "C" fn eventq_version_string() -> *const c_char {
 }
 
 /// Descriptions of the codes the library returns, in its own words where
-/// the libc text would mislead (EPIPE is not about pipes here).
+/// the libc text would mislead (EPIPE is not about pipes here) or say too
+/// little (ENODEV, EOPNOTSUPP from the memcg calls). Each reads right for
+/// every call that returns it.
 const MESSAGES: &[(c_int, &CStr)] = &[
     (0, c"success"),
     (
@@ -312,9 +314,18 @@ const MESSAGES: &[(c_int, &CStr)] = &[
     (libc::ENFILE, c"too many open files in the system"),
     (libc::EBADF, c"bad file descriptor"),
     (libc::EEXIST, c"already exists"),
-    (libc::ENOENT, c"no such file or directory"),
-    (libc::EPERM, c"operation not permitted"),
-    (libc::EACCES, c"permission denied"),
+    (
+        libc::ENOENT,
+        c"no such cgroup, process or file: the directory does not exist, was removed, or is not a cgroup",
+    ),
+    (
+        libc::EPERM,
+        c"operation not permitted: epoll cannot watch the fd (a regular file), or a PSI window that is not a multiple of 2 s needs CAP_SYS_RESOURCE",
+    ),
+    (
+        libc::EACCES,
+        c"permission denied: a file (such as a cgroup's control file) cannot be opened or written",
+    ),
     (libc::EINTR, c"interrupted"),
     (
         libc::EBUSY,
@@ -325,9 +336,15 @@ const MESSAGES: &[(c_int, &CStr)] = &[
         c"stale handle: the source was removed, or its loop freed",
     ),
     (libc::ELOOP, c"the fd would make an epoll cycle"),
-    (libc::ENODEV, c"no such device"),
+    (
+        libc::ENODEV,
+        c"memory controller or interface not available: the cgroup v1 memory controller is not mounted, the cgroup2 memory controller is not enabled for the cgroup, or the kernel lacks the control file",
+    ),
     (libc::ENOSYS, c"not supported by this kernel"),
-    (libc::EOPNOTSUPP, c"operation not supported"),
+    (
+        libc::EOPNOTSUPP,
+        c"operation not supported: the kernel has no PSI (CONFIG_PSI off, psi=0), or per-cgroup PSI is disabled",
+    ),
     (libc::EIO, c"input/output error"),
     (
         libc::ENOTRECOVERABLE,

@@ -1,12 +1,16 @@
 /*
- * The memory-pressure sources through the C ABI.
+ * The memory-pressure watches through the C ABI.
  *
  * - Bad inputs and what is missing, with their codes: NULL arguments
  *   (-EINVAL), no such cgroup (-ENOENT), the other cgroup version's
  *   interface (-ENODEV), bad PSI triggers (-EINVAL), a PSI window that
- *   needs CAP_SYS_RESOURCE (-EPERM). On every failed add: destroy ran once
- *   before the call returned, the callback never ran, *out is untouched.
- * - eventq_memcg_own and eventq_memcg_dir; eventq_memcg_strerror.
+ *   needs CAP_SYS_RESOURCE (-EPERM). A failed constructor leaves *out
+ *   untouched. On every failed eventq_loop_add_memcg: destroy ran once
+ *   before the call returned, the watch was freed (its fds closed), the
+ *   callback never ran, *out is untouched. A watch never added is freed
+ *   with eventq_memcg_watch_free.
+ * - eventq_memcg_own and eventq_memcg_dir; eventq_strerror's texts for the
+ *   memcg codes.
  * - The real test (where the cgroup v1 memory controller is writable): a
  *   forked child is moved into a new child cgroup (40 MiB limit, OOM killer
  *   disabled) and allocates, reporting through a pipe: one threshold
@@ -51,6 +55,26 @@ static int never_cb(eventq_source *src, const eventq_memcg_event *ev, void *ud)
 static void skip(const char *what, const char *why)
 {
     printf("skip - %s: %s\n", what, why);
+}
+
+static int rec_cb(eventq_source *src, const eventq_memcg_event *ev, void *ud);
+
+/* Adds the watch a constructor made (it returned rc) with rec_cb and no
+ * destroy; the constructor's code if it failed. */
+static int add(eventq_loop *lp, int rc, eventq_memcg_watch **w, void *ud, eventq_source **out)
+{
+    if (rc < 0)
+        return rc;
+    return eventq_loop_add_memcg(lp, *w, rec_cb, ud, NULL, out);
+}
+
+/* This process's open fds. */
+static int count_fds(void)
+{
+    int n = 0;
+    for (int fd = 0; fd < 4096; fd++)
+        n += fcntl(fd, F_GETFD) >= 0;
+    return n;
 }
 
 /* ---- cleanup of what the test made, also after a failed REQUIRE ---- */
@@ -136,7 +160,9 @@ static void test_bad_inputs(void)
 {
     eventq_loop *lp;
     eventq_memcg *cg = NULL;
-    eventq_source *out = (eventq_source *)&out; /* must stay untouched */
+    eventq_memcg_watch *w = (eventq_memcg_watch *)&w; /* must stay untouched */
+    eventq_memcg_watch *const wsentinel = w;
+    eventq_source *out = (eventq_source *)&out;
     eventq_source *const sentinel = out;
 
     REQUIRE("loop_new", eventq_loop_new(&lp) == 0);
@@ -148,86 +174,89 @@ static void test_bad_inputs(void)
     CHECK_INT("open(a file)", eventq_memcg_open("/proc/self/status", &cg), -ENOENT);
     CHECK("cg untouched by failures", cg == NULL);
     eventq_memcg_free(NULL);
+    eventq_memcg_watch_free(NULL);
 
-    /* NULL loop, cgroup or callback: -EINVAL, destroy ran once, no callback. */
-    destroyed = 0;
-    CHECK_INT("threshold(NULL cg)",
-              eventq_loop_add_memcg_threshold(lp, NULL, 1, never_cb, NULL, destroy_count, &out),
-              -EINVAL);
-    CHECK_INT("oom(NULL cg)", eventq_loop_add_memcg_oom(lp, NULL, never_cb, NULL, destroy_count, &out),
-              -EINVAL);
+    /* Constructors: NULL cgroup or out, bad arguments: -EINVAL. */
+    CHECK_INT("threshold(NULL cg)", eventq_memcg_watch_threshold(NULL, 1, &w), -EINVAL);
+    CHECK_INT("oom(NULL cg)", eventq_memcg_watch_oom(NULL, &w), -EINVAL);
     CHECK_INT("pressure(NULL cg)",
-              eventq_loop_add_memcg_pressure_level(lp, NULL, EVENTQ_MEMCG_LOW,
-                                                   EVENTQ_MEMCG_MODE_DEFAULT, never_cb, NULL,
-                                                   destroy_count, &out),
+              eventq_memcg_watch_pressure_level(NULL, EVENTQ_MEMCG_LOW,
+                                                EVENTQ_MEMCG_MODE_DEFAULT, &w),
               -EINVAL);
-    CHECK_INT("events(NULL cg)",
-              eventq_loop_add_memcg_events(lp, NULL, NULL, never_cb, NULL, destroy_count, &out),
+    CHECK_INT("events(NULL cg)", eventq_memcg_watch_events(NULL, &w), -EINVAL);
+    CHECK_INT("counters(NULL cg)", eventq_memcg_watch_counters(NULL, "cgroup.events", &w),
               -EINVAL);
-    CHECK_INT("psi(NULL loop)",
-              eventq_loop_add_memcg_psi(NULL, NULL, EVENTQ_MEMCG_PSI_SOME, 100000, 2000000,
-                                        never_cb, NULL, destroy_count, &out),
-              -EINVAL);
-    CHECK_INT("psi(NULL cb)",
-              eventq_loop_add_memcg_psi(lp, NULL, EVENTQ_MEMCG_PSI_SOME, 100000, 2000000, NULL,
-                                        NULL, destroy_count, &out),
+    CHECK_INT("psi(NULL out)",
+              eventq_memcg_watch_psi(NULL, EVENTQ_MEMCG_PSI_SOME, 100000, 2000000, NULL),
               -EINVAL);
     /* Bad triggers: unknown kind, window outside 500 ms..10 s, stall 0 or
      * longer than the window. */
-    CHECK_INT("psi(kind 7)",
-              eventq_loop_add_memcg_psi(lp, NULL, 7, 100000, 2000000, never_cb, NULL,
-                                        destroy_count, &out),
-              -EINVAL);
+    CHECK_INT("psi(kind 7)", eventq_memcg_watch_psi(NULL, 7, 100000, 2000000, &w), -EINVAL);
     CHECK_INT("psi(window 400 ms)",
-              eventq_loop_add_memcg_psi(lp, NULL, EVENTQ_MEMCG_PSI_SOME, 1000, 400000, never_cb,
-                                        NULL, destroy_count, &out),
-              -EINVAL);
+              eventq_memcg_watch_psi(NULL, EVENTQ_MEMCG_PSI_SOME, 1000, 400000, &w), -EINVAL);
     CHECK_INT("psi(window 12 s)",
-              eventq_loop_add_memcg_psi(lp, NULL, EVENTQ_MEMCG_PSI_FULL, 1000, 12000000,
-                                        never_cb, NULL, destroy_count, &out),
-              -EINVAL);
-    CHECK_INT("psi(stall 0)",
-              eventq_loop_add_memcg_psi(lp, NULL, EVENTQ_MEMCG_PSI_SOME, 0, 2000000, never_cb,
-                                        NULL, destroy_count, &out),
+              eventq_memcg_watch_psi(NULL, EVENTQ_MEMCG_PSI_FULL, 1000, 12000000, &w), -EINVAL);
+    CHECK_INT("psi(stall 0)", eventq_memcg_watch_psi(NULL, EVENTQ_MEMCG_PSI_SOME, 0, 2000000, &w),
               -EINVAL);
     CHECK_INT("psi(stall > window)",
-              eventq_loop_add_memcg_psi(lp, NULL, EVENTQ_MEMCG_PSI_SOME, 3000000, 2000000,
-                                        never_cb, NULL, destroy_count, &out),
+              eventq_memcg_watch_psi(NULL, EVENTQ_MEMCG_PSI_SOME, 3000000, 2000000, &w),
               -EINVAL);
-    CHECK_INT("every failed add ran destroy once", destroyed, 11);
-    CHECK("out untouched", out == sentinel);
+    CHECK("watch out untouched", w == wsentinel);
+
+    /* eventq_loop_add_memcg: NULL loop, watch or callback: -EINVAL,
+     * destroy ran once, no callback, *out untouched. */
+    destroyed = 0;
+    CHECK_INT("add(NULL watch)", eventq_loop_add_memcg(lp, NULL, never_cb, NULL, destroy_count, &out),
+              -EINVAL);
+    CHECK_INT("add(NULL watch) ran destroy", destroyed, 1);
 
     /* A window that is not a multiple of 2 s needs CAP_SYS_RESOURCE. */
     if (access("/proc/pressure/memory", F_OK) != 0) {
-        destroyed = 0;
         CHECK_INT("psi without PSI: -EOPNOTSUPP",
-                  eventq_loop_add_memcg_psi(lp, NULL, EVENTQ_MEMCG_PSI_SOME, 100000, 2000000,
-                                            never_cb, NULL, destroy_count, &out),
+                  eventq_memcg_watch_psi(NULL, EVENTQ_MEMCG_PSI_SOME, 100000, 2000000, &w),
                   -EOPNOTSUPP);
-        CHECK_INT("destroy ran", destroyed, 1);
-    } else if (!has_cap_sys_resource()) {
-        destroyed = 0;
-        CHECK_INT("psi(1 s window, unprivileged): -EPERM",
-                  eventq_loop_add_memcg_psi(lp, NULL, EVENTQ_MEMCG_PSI_SOME, 100000, 1000000,
-                                            never_cb, NULL, destroy_count, &out),
-                  -EPERM);
-        CHECK_INT("destroy ran", destroyed, 1);
-        CHECK("out untouched", out == sentinel);
+        skip("add takes the watch on failure", "the kernel has no PSI");
     } else {
-        skip("psi -EPERM", "this process has CAP_SYS_RESOURCE");
+        if (!has_cap_sys_resource())
+            CHECK_INT("psi(1 s window, unprivileged): -EPERM",
+                      eventq_memcg_watch_psi(NULL, EVENTQ_MEMCG_PSI_SOME, 100000, 1000000, &w),
+                      -EPERM);
+        else
+            skip("psi -EPERM", "this process has CAP_SYS_RESOURCE");
+        CHECK("watch out untouched", w == wsentinel);
+
+        /* A failed add frees the watch (its fd is closed) and runs destroy. */
+        int before = count_fds();
+        eventq_memcg_watch *psi;
+        REQUIRE("system-wide PSI watch",
+                eventq_memcg_watch_psi(NULL, EVENTQ_MEMCG_PSI_SOME, 150000, 2000000, &psi) == 0);
+        CHECK_INT("a watch holds an fd", count_fds(), before + 1);
+        destroyed = 0;
+        CHECK_INT("add(NULL loop)", eventq_loop_add_memcg(NULL, psi, never_cb, NULL, destroy_count, &out),
+                  -EINVAL);
+        CHECK_INT("add(NULL loop): watch freed", count_fds(), before);
+        REQUIRE("system-wide PSI watch",
+                eventq_memcg_watch_psi(NULL, EVENTQ_MEMCG_PSI_SOME, 150000, 2000000, &psi) == 0);
+        CHECK_INT("add(NULL cb)", eventq_loop_add_memcg(lp, psi, NULL, NULL, destroy_count, &out),
+                  -EINVAL);
+        CHECK_INT("add(NULL cb): watch freed", count_fds(), before);
+        CHECK_INT("every failed add ran destroy once", destroyed, 2);
+        /* One never added: eventq_memcg_watch_free. */
+        REQUIRE("system-wide PSI watch",
+                eventq_memcg_watch_psi(NULL, EVENTQ_MEMCG_PSI_FULL, 150000, 4000000, &psi) == 0);
+        eventq_memcg_watch_free(psi);
+        CHECK_INT("watch_free closes its fd", count_fds(), before);
     }
+    CHECK("out untouched", out == sentinel);
     CHECK_INT("no callback ran", cb_ran, 0);
 
-    /* eventq_memcg_strerror says what is missing; others fall through. */
-    CHECK("strerror(ENOENT)", strstr(eventq_memcg_strerror(-ENOENT), "no such cgroup") != NULL);
+    /* eventq_strerror says what is missing for the memcg codes. */
+    CHECK("strerror(ENOENT)", strstr(eventq_strerror(-ENOENT), "no such cgroup") != NULL);
     CHECK("strerror(ENODEV)",
-          strstr(eventq_memcg_strerror(-ENODEV), "controller not available") != NULL);
-    CHECK("strerror(EACCES)", strstr(eventq_memcg_strerror(EACCES), "permission") != NULL);
-    CHECK("strerror(EOPNOTSUPP)",
-          strstr(eventq_memcg_strerror(-EOPNOTSUPP), "without PSI") != NULL);
-    CHECK("strerror(EAGAIN) = eventq_strerror",
-          strcmp(eventq_memcg_strerror(-EAGAIN), eventq_strerror(-EAGAIN)) == 0);
-    CHECK("strerror(INT_MIN)", eventq_memcg_strerror(-2147483647 - 1) != NULL);
+          strstr(eventq_strerror(-ENODEV), "memory controller or interface not available") != NULL);
+    CHECK("strerror(EACCES)", strstr(eventq_strerror(EACCES), "permission") != NULL);
+    CHECK("strerror(EPERM)", strstr(eventq_strerror(-EPERM), "CAP_SYS_RESOURCE") != NULL);
+    CHECK("strerror(EOPNOTSUPP)", strstr(eventq_strerror(-EOPNOTSUPP), "no PSI") != NULL);
     eventq_loop_free(lp);
 }
 
@@ -240,12 +269,13 @@ static void test_own(void)
 {
     int rc = eventq_memcg_own(&own);
     if (rc != 0) {
-        skip("own cgroup", eventq_memcg_strerror(rc));
+        skip("own cgroup", eventq_strerror(rc));
         own = NULL;
         return;
     }
     CHECK_INT("dir(bad version)", eventq_memcg_dir(own, 3, v1_dir, sizeof v1_dir), -EINVAL);
     CHECK_INT("dir(NULL)", eventq_memcg_dir(NULL, EVENTQ_MEMCG_V1, v1_dir, sizeof v1_dir), -EINVAL);
+    CHECK_INT("dir(NULL buf, len 1)", eventq_memcg_dir(own, EVENTQ_MEMCG_V1, NULL, 1), -EINVAL);
     for (uint32_t v = EVENTQ_MEMCG_V1; v <= EVENTQ_MEMCG_V2; v++) {
         char *buf = v == EVENTQ_MEMCG_V1 ? v1_dir : v2_dir;
         int len = eventq_memcg_dir(own, v, NULL, 0);
@@ -265,46 +295,42 @@ static void test_own(void)
     printf("# own memory cgroup: v1 %s, v2 %s\n", v1_dir[0] ? v1_dir : "(none)",
            v2_dir[0] ? v2_dir : "(none)");
 
-    eventq_loop *lp;
-    eventq_source *out = NULL;
-    REQUIRE("loop_new", eventq_loop_new(&lp) == 0);
+    eventq_memcg_watch *w = NULL;
     if (v2_dir[0]) {
         eventq_memcg *v2only;
         REQUIRE("open v2", eventq_memcg_open(v2_dir, &v2only) == 0);
         CHECK_INT("v1 dir of a v2 cgroup", eventq_memcg_dir(v2only, EVENTQ_MEMCG_V1, NULL, 0),
                   -ENODEV);
-        destroyed = 0;
-        CHECK_INT("threshold on cgroup2: -ENODEV",
-                  eventq_loop_add_memcg_threshold(lp, v2only, 1, never_cb, NULL, destroy_count,
-                                                  &out),
+        CHECK_INT("threshold on cgroup2: -ENODEV", eventq_memcg_watch_threshold(v2only, 1, &w),
                   -ENODEV);
-        CHECK_INT("oom on cgroup2: -ENODEV",
-                  eventq_loop_add_memcg_oom(lp, v2only, never_cb, NULL, destroy_count, &out),
+        CHECK_INT("oom on cgroup2: -ENODEV", eventq_memcg_watch_oom(v2only, &w), -ENODEV);
+        CHECK_INT("pressure level on cgroup2: -ENODEV",
+                  eventq_memcg_watch_pressure_level(v2only, EVENTQ_MEMCG_CRITICAL,
+                                                    EVENTQ_MEMCG_MODE_LOCAL, &w),
                   -ENODEV);
-        CHECK_INT("destroy ran", destroyed, 2);
         eventq_memcg_free(v2only);
     }
     if (v1_dir[0]) {
         eventq_memcg *v1only;
         REQUIRE("open v1", eventq_memcg_open(v1_dir, &v1only) == 0);
-        destroyed = 0;
-        CHECK_INT("psi on a v1 cgroup: -ENODEV",
-                  eventq_loop_add_memcg_psi(lp, v1only, EVENTQ_MEMCG_PSI_SOME, 100000, 2000000,
-                                            never_cb, NULL, destroy_count, &out),
-                  -ENODEV);
-        CHECK_INT("memory.events on a v1 cgroup: -ENODEV",
-                  eventq_loop_add_memcg_events(lp, v1only, NULL, never_cb, NULL, destroy_count,
-                                               &out),
-                  -ENODEV);
-        CHECK_INT("events('a/b'): -EINVAL",
-                  eventq_loop_add_memcg_events(lp, v1only, "a/b", never_cb, NULL, destroy_count,
-                                               &out),
+        CHECK_INT("pressure level 9: -EINVAL",
+                  eventq_memcg_watch_pressure_level(v1only, 9, EVENTQ_MEMCG_MODE_DEFAULT, &w),
                   -EINVAL);
-        CHECK_INT("destroy ran", destroyed, 3);
+        CHECK_INT("pressure mode 9: -EINVAL",
+                  eventq_memcg_watch_pressure_level(v1only, EVENTQ_MEMCG_LOW, 9, &w), -EINVAL);
+        CHECK_INT("psi on a v1 cgroup: -ENODEV",
+                  eventq_memcg_watch_psi(v1only, EVENTQ_MEMCG_PSI_SOME, 100000, 2000000, &w),
+                  -ENODEV);
+        CHECK_INT("memory.events on a v1 cgroup: -ENODEV", eventq_memcg_watch_events(v1only, &w),
+                  -ENODEV);
+        CHECK_INT("counters(NULL file): -EINVAL", eventq_memcg_watch_counters(v1only, NULL, &w),
+                  -EINVAL);
+        CHECK_INT("counters('a/b'): -EINVAL", eventq_memcg_watch_counters(v1only, "a/b", &w),
+                  -EINVAL);
+        CHECK_INT("counters(''): -EINVAL", eventq_memcg_watch_counters(v1only, "", &w), -EINVAL);
         eventq_memcg_free(v1only);
     }
-    CHECK("out untouched", out == NULL);
-    eventq_loop_free(lp);
+    CHECK("watch out untouched", w == NULL);
 }
 
 /* ---- the real cgroup v1 test ---- */
@@ -409,29 +435,32 @@ static void test_v1_real(void)
     REQUIRE("loop_new", eventq_loop_new(&lp) == 0);
     REQUIRE("open child", eventq_memcg_open(dir, &cg) == 0);
     eventq_source *th = NULL;
-    CHECK_INT("add threshold",
-              eventq_loop_add_memcg_threshold(lp, cg, 16 * MIB, rec_cb, &r, NULL, &th), 0);
-    CHECK_INT("add oom", eventq_loop_add_memcg_oom(lp, cg, rec_cb, &r, NULL, NULL), 0);
-    CHECK_INT("add pressure",
-              eventq_loop_add_memcg_pressure_level(lp, cg, EVENTQ_MEMCG_LOW,
-                                                   EVENTQ_MEMCG_MODE_DEFAULT, rec_cb, &r, NULL,
-                                                   NULL),
+    eventq_memcg_watch *w;
+    CHECK_INT("add threshold", add(lp, eventq_memcg_watch_threshold(cg, 16 * MIB, &w), &w, &r, &th),
               0);
+    CHECK_INT("add oom", add(lp, eventq_memcg_watch_oom(cg, &w), &w, &r, NULL), 0);
+    CHECK_INT("add pressure",
+              add(lp,
+                  eventq_memcg_watch_pressure_level(cg, EVENTQ_MEMCG_LOW,
+                                                    EVENTQ_MEMCG_MODE_DEFAULT, &w),
+                  &w, &r, NULL),
+              0);
+    CHECK_INT("set_events on a memcg source: -EINVAL", eventq_source_set_events(th, EVENTQ_PRI),
+              -EINVAL);
     int psi = 0;
     eventq_source *ev_src = NULL;
     if (v2_dir[0] && make_child(v2_dir, v2child, sizeof v2child) == 0) {
         REQUIRE("open v2 child", eventq_memcg_open(v2child, &cg2) == 0);
-        rc = eventq_loop_add_memcg_psi(lp, cg2, EVENTQ_MEMCG_PSI_SOME, 1, 2000000, rec_cb, &r2,
-                                       NULL, NULL);
+        rc = add(lp, eventq_memcg_watch_psi(cg2, EVENTQ_MEMCG_PSI_SOME, 1, 2000000, &w), &w, &r2,
+                 NULL);
         if (rc == 0)
             psi = 1;
         else
-            skip("PSI trigger", eventq_memcg_strerror(rc));
+            skip("PSI trigger", eventq_strerror(rc));
         CHECK_INT("add cgroup.events",
-                  eventq_loop_add_memcg_events(lp, cg2, "cgroup.events", rec_cb, &r2, NULL,
-                                               &ev_src),
+                  add(lp, eventq_memcg_watch_counters(cg2, "cgroup.events", &w), &w, &r2, &ev_src),
                   0);
-        rc = eventq_loop_add_memcg_events(lp, cg2, NULL, rec_cb, &r2, NULL, NULL);
+        rc = add(lp, eventq_memcg_watch_events(cg2, &w), &w, &r2, NULL);
         snprintf(buf, sizeof buf, "%s/memory.events", v2child);
         CHECK_INT("memory.events: 0 if there, else -ENODEV", rc,
                   access(buf, F_OK) == 0 ? 0 : -ENODEV);
@@ -535,8 +564,10 @@ static void test_psi_system(void)
     eventq_loop *lp;
     eventq_source *src = NULL;
     REQUIRE("loop_new", eventq_loop_new(&lp) == 0);
-    int rc = eventq_loop_add_memcg_psi(lp, NULL, EVENTQ_MEMCG_PSI_SOME, 150000, 2000000, rec_cb,
-                                       NULL, destroy_count, &src);
+    eventq_memcg_watch *w;
+    int rc = eventq_memcg_watch_psi(NULL, EVENTQ_MEMCG_PSI_SOME, 150000, 2000000, &w);
+    if (rc == 0)
+        rc = eventq_loop_add_memcg(lp, w, rec_cb, NULL, destroy_count, &src);
     if (access("/proc/pressure/memory", F_OK) != 0) {
         CHECK_INT("no PSI: -EOPNOTSUPP", rc, -EOPNOTSUPP);
     } else {

@@ -69,6 +69,7 @@ CDEF = r"""
 typedef struct eventq_chan eventq_chan;
 typedef struct eventq_loop eventq_loop;
 typedef struct eventq_memcg eventq_memcg;
+typedef struct eventq_memcg_watch eventq_memcg_watch;
 typedef struct eventq_msg eventq_msg;
 typedef struct eventq_source eventq_source;
 
@@ -229,44 +230,30 @@ int eventq_memcg_own(struct eventq_memcg **out);
 int eventq_memcg_open(const char *path, struct eventq_memcg **out);
 void eventq_memcg_free(struct eventq_memcg *cg);
 int eventq_memcg_dir(const struct eventq_memcg *cg, uint32_t version, char *buf, size_t len);
-const char *eventq_memcg_strerror(int code);
-int eventq_loop_add_memcg_threshold(const struct eventq_loop *lp,
-                                    const struct eventq_memcg *cg,
-                                    uint64_t bytes,
-                                    eventq_memcg_fn cb,
-                                    void *userdata,
-                                    eventq_destroy_fn destroy,
-                                    struct eventq_source **out);
-int eventq_loop_add_memcg_oom(const struct eventq_loop *lp,
-                              const struct eventq_memcg *cg,
-                              eventq_memcg_fn cb,
-                              void *userdata,
-                              eventq_destroy_fn destroy,
-                              struct eventq_source **out);
-int eventq_loop_add_memcg_pressure_level(const struct eventq_loop *lp,
-                                         const struct eventq_memcg *cg,
-                                         uint32_t level,
-                                         uint32_t mode,
-                                         eventq_memcg_fn cb,
-                                         void *userdata,
-                                         eventq_destroy_fn destroy,
-                                         struct eventq_source **out);
-int eventq_loop_add_memcg_psi(const struct eventq_loop *lp,
-                              const struct eventq_memcg *cg,
-                              uint32_t kind,
-                              uint64_t stall_us,
-                              uint64_t window_us,
-                              eventq_memcg_fn cb,
-                              void *userdata,
-                              eventq_destroy_fn destroy,
-                              struct eventq_source **out);
-int eventq_loop_add_memcg_events(const struct eventq_loop *lp,
-                                 const struct eventq_memcg *cg,
-                                 const char *file,
-                                 eventq_memcg_fn cb,
-                                 void *userdata,
-                                 eventq_destroy_fn destroy,
-                                 struct eventq_source **out);
+int eventq_memcg_watch_threshold(const struct eventq_memcg *cg,
+                                 uint64_t bytes,
+                                 struct eventq_memcg_watch **out);
+int eventq_memcg_watch_oom(const struct eventq_memcg *cg, struct eventq_memcg_watch **out);
+int eventq_memcg_watch_pressure_level(const struct eventq_memcg *cg,
+                                      uint32_t level,
+                                      uint32_t mode,
+                                      struct eventq_memcg_watch **out);
+int eventq_memcg_watch_psi(const struct eventq_memcg *cg,
+                           uint32_t kind,
+                           uint64_t stall_us,
+                           uint64_t window_us,
+                           struct eventq_memcg_watch **out);
+int eventq_memcg_watch_events(const struct eventq_memcg *cg, struct eventq_memcg_watch **out);
+int eventq_memcg_watch_counters(const struct eventq_memcg *cg,
+                                const char *file,
+                                struct eventq_memcg_watch **out);
+void eventq_memcg_watch_free(struct eventq_memcg_watch *watch);
+int eventq_loop_add_memcg(const struct eventq_loop *lp,
+                          struct eventq_memcg_watch *watch,
+                          eventq_memcg_fn cb,
+                          void *userdata,
+                          eventq_destroy_fn destroy,
+                          struct eventq_source **out);
 """
 
 SONAME = "libeventq.so.0"

@@ -11,10 +11,10 @@ iterator of MemoryEvent, one per kernel wake-up with the kernel's count
 Each watch runs one source on a libeventq loop of its own, in a thread of
 its own; events reach the iterator through a channel. Registration happens
 when the watch is made, so a missing controller or permission is raised
-there, as a CgroupError with the library's explanation.
+there, as a CgroupError with the library's explanation (eventq_strerror).
 
-This module is the only user of the library's memory-pressure calls, kept
-apart because that part of the C API is about to change shape.
+The library makes a watch (an eventq_memcg_watch_* call) and adds it to a
+loop (eventq_loop_add_memcg, which takes it over).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import weakref
 from typing import Any, Callable, Optional, Union
 
 from ._chan import Chan
-from ._errors import Error, InvalidArgument, WouldBlock
+from ._errors import Error, InvalidArgument, WouldBlock, strerror
 from ._ffi import ffi, lib
 
 __all__ = [
@@ -49,13 +49,7 @@ __all__ = [
     "pressure_level",
     "psi",
     "events",
-    "memcg_strerror",
 ]
-
-
-def memcg_strerror(code: int) -> str:
-    """What a code of the memory calls means there (eventq_memcg_strerror)."""
-    return ffi.string(lib.eventq_memcg_strerror(code)).decode()
 
 
 class CgroupError(Error):
@@ -90,7 +84,7 @@ _CLASSES: dict[int, type[CgroupError]] = {
 
 
 def _error(rc: int, what: str) -> CgroupError:
-    return _CLASSES.get(-rc, CgroupError)(-rc, f"{what}: {memcg_strerror(rc)}")
+    return _CLASSES.get(-rc, CgroupError)(-rc, f"{what}: {strerror(rc)}")
 
 
 class Kind(enum.IntEnum):
@@ -310,20 +304,28 @@ class Watch:
     before the loop can see it.)
     """
 
-    def __init__(self, what: str, add: Callable[[Any, Any, Any, Any], int]) -> None:
+    def __init__(self, what: str, make: Callable[[Any], int]) -> None:
+        """`make(out)` is an eventq_memcg_watch_* call writing to `out`."""
         self.what = what  #: what is watched, for messages
         self._ended = False
         self._thread: Optional[threading.Thread] = None
+        self._loop: Any = None
+        w = ffi.new("eventq_memcg_watch **")
+        rc = make(w)
+        if rc < 0:
+            raise _error(rc, what)
         out = ffi.new("eventq_loop **")
         rc = lib.eventq_loop_new(out)
         if rc < 0:
+            lib.eventq_memcg_watch_free(w[0])
             raise _error(rc, "eventq_loop_new")
-        self._loop: Any = ffi.gc(out[0], lib.eventq_loop_free)
+        self._loop = ffi.gc(out[0], lib.eventq_loop_free)
         _live_watches.add(self)
         self._sink = sink = _Sink()
         sink.lp = out[0]
         self._userdata = ffi.new_handle(sink)
-        rc = add(self._loop, _on_event, self._userdata, ffi.NULL)
+        # The loop takes the watch over, also if this fails.
+        rc = lib.eventq_loop_add_memcg(self._loop, w[0], _on_event, self._userdata, ffi.NULL, ffi.NULL)
         if rc < 0:
             self._loop = None
             raise _error(rc, what)
@@ -461,7 +463,7 @@ os.register_at_fork(after_in_child=_forget_inherited)
 def _uint(name: str, value: int, bits: int = 64) -> int:
     value = operator.index(value)
     if not 0 <= value < 1 << bits:
-        raise _CgroupInvalid(_errno.EINVAL, f"{name}={value}: {memcg_strerror(-_errno.EINVAL)}")
+        raise _CgroupInvalid(_errno.EINVAL, f"{name}={value}: {strerror(-_errno.EINVAL)}")
     return value
 
 
@@ -471,17 +473,14 @@ def threshold(cg: Cgroup, bytes: int) -> Watch:
     events with the crossings since the last one and the usage just after."""
     b = _uint("bytes", bytes)
     p = cg._handle()
-    return Watch(
-        f"memory threshold {b}",
-        lambda lp, cb, ud, out: lib.eventq_loop_add_memcg_threshold(lp, p, b, cb, ud, ffi.NULL, out),
-    )
+    return Watch(f"memory threshold {b}", lambda out: lib.eventq_memcg_watch_threshold(p, b, out))
 
 
 def oom(cg: Cgroup) -> Watch:
     """Each time the cgroup hits its limit (cgroup v1 memory.oom_control):
     OOM events with the count, under_oom and oom_kill."""
     p = cg._handle()
-    return Watch("OOM notifier", lambda lp, cb, ud, out: lib.eventq_loop_add_memcg_oom(lp, p, cb, ud, ffi.NULL, out))
+    return Watch("OOM notifier", lambda out: lib.eventq_memcg_watch_oom(p, out))
 
 
 def pressure_level(cg: Cgroup, level: Level = Level.CRITICAL, mode: Mode = Mode.DEFAULT) -> Watch:
@@ -492,7 +491,7 @@ def pressure_level(cg: Cgroup, level: Level = Level.CRITICAL, mode: Mode = Mode.
     name = Level(lv).name.lower() if lv in set(Level) else str(lv)
     return Watch(
         f"memory.pressure_level {name}",
-        lambda lp, cb, ud, out: lib.eventq_loop_add_memcg_pressure_level(lp, p, lv, md, cb, ud, ffi.NULL, out),
+        lambda out: lib.eventq_memcg_watch_pressure_level(p, lv, md, out),
     )
 
 
@@ -509,7 +508,7 @@ def psi(cg: Optional[Cgroup], stall_us: int, window_us: int = 2_000_000, *, full
     where = "system-wide" if cg is None else (cg.v2_dir or "cgroup")
     return Watch(
         f"PSI trigger {'full' if full else 'some'} {stall} {window} ({where})",
-        lambda lp, cb, ud, out: lib.eventq_loop_add_memcg_psi(lp, p, kind, stall, window, cb, ud, ffi.NULL, out),
+        lambda out: lib.eventq_memcg_watch_psi(p, kind, stall, window, out),
     )
 
 
@@ -518,9 +517,8 @@ def events(cg: Cgroup, file: Optional[str] = None) -> Watch:
     high, max, oom, oom_kill, ...) by default, or `file`
     (memory.events.local, memory.swap.events, cgroup.events): CHANGED
     events with the counters that changed."""
-    c_file = ffi.NULL if file is None else ffi.new("char[]", file.encode())
     p = cg._handle()
-    return Watch(
-        file or "memory.events",
-        lambda lp, cb, ud, out: lib.eventq_loop_add_memcg_events(lp, p, c_file, cb, ud, ffi.NULL, out),
-    )
+    if file is None:
+        return Watch("memory.events", lambda out: lib.eventq_memcg_watch_events(p, out))
+    c_file = ffi.new("char[]", file.encode())
+    return Watch(file, lambda out: lib.eventq_memcg_watch_counters(p, c_file, out))

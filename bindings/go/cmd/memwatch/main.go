@@ -1,7 +1,7 @@
 //go:build linux
 
 // Command memwatch is a tiny kubelet eviction watcher on libeventq's
-// memory sources, the Go twin of examples-c/memwatch.c.
+// memory watches, the Go twin of examples-c/memwatch.c.
 //
 //	memwatch <cgroup dir> <bytes> [psi stall us]
 //
@@ -115,36 +115,43 @@ func run(dir string, bytes uint64, stall time.Duration) error {
 			return err
 		}
 	}
+	// add adds the watch a constructor returned (with its error).
+	add := func(w *eventq.MemcgWatch, err error) error {
+		if err == nil {
+			_, err = lp.AddMemcg(w, onEvent)
+		}
+		return err
+	}
 	psi := eventq.PSITrigger{Stall: stall, Window: 2 * time.Second}
 	if cg.V1Dir() != "" {
-		if _, err := lp.AddMemoryThreshold(cg, bytes, onEvent); err != nil {
+		if err := add(eventq.WatchThreshold(cg, bytes)); err != nil {
 			return err
 		}
-		if _, err := lp.AddOOM(cg, onEvent); err != nil {
+		if err := add(eventq.WatchOOM(cg)); err != nil {
 			return err
 		}
 		live += 2
-		if _, err := lp.AddPressureLevel(cg, eventq.PressureCritical, eventq.ModeDefault, onEvent); err != nil {
+		if err := add(eventq.WatchPressureLevel(cg, eventq.PressureCritical, eventq.ModeDefault)); err != nil {
 			fmt.Fprintf(os.Stderr, "memwatch: %v\n", err)
 		} else {
 			live++
 		}
 		// System-wide: a v1 cgroup has no PSI file of its own. It never
 		// reports a removal, so it is not counted in live.
-		if _, err := lp.AddPSITrigger(nil, psi, onEvent); err != nil {
+		if err := add(eventq.WatchPSI(nil, psi)); err != nil {
 			fmt.Fprintf(os.Stderr, "memwatch: %v\n", err)
 		}
 		fmt.Printf("memwatch: %s (cgroup v1): threshold %d bytes, OOM, pressure critical, PSI some %dus/2s system-wide\n",
 			dir, bytes, stall.Microseconds())
 	} else {
 		var what []string
-		if _, err := lp.AddPSITrigger(cg, psi, onEvent); err != nil {
+		if err := add(eventq.WatchPSI(cg, psi)); err != nil {
 			fmt.Fprintf(os.Stderr, "memwatch: %v\n", err)
 		} else {
 			live++
 			what = append(what, fmt.Sprintf("PSI some %dus/2s", stall.Microseconds()))
 		}
-		if _, err := lp.AddMemoryEvents(cg, onEvent); err != nil {
+		if err := add(eventq.WatchMemoryEvents(cg)); err != nil {
 			fmt.Fprintf(os.Stderr, "memwatch: %v\n", err)
 		} else {
 			live++
