@@ -62,7 +62,7 @@ TEST_PREFIX  := $(CURDIR)/$(BUILD)/prefix
 TEST_STAMP   := $(TEST_PREFIX)/.installed
 TEST_PC_PATH := $(TEST_PREFIX)/lib/pkgconfig
 # What `make test` runs, in this order (each is a `test-<stage>` target).
-TEST_STAGES  := fmt clippy cargo-test rust-user loom header header-std install installed-lib abi \
+TEST_STAGES  := fmt clippy cargo-test doc rust-user loom header header-std install installed-lib abi \
                 c-tests c-static examples examples-run go bench-smoke
 # The flags every C test and example must compile cleanly with.
 C_STD_FLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread

@@ -111,7 +111,7 @@
  * Messages a channel source delivers per iteration unless
  * `eventq_source_set_budget` says otherwise.
  */
-#define EVENTQ_DEFAULT_BUDGET 10
+#define EVENTQ_DEFAULT_BUDGET 256
 
 /**
  * Posts a loop holds pending before `eventq_loop_post` fails with -EAGAIN.

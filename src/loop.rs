@@ -66,8 +66,10 @@ pub mod events {
 }
 
 /// Channel messages a channel source delivers per iteration unless set
-/// otherwise (folly's NotificationQueue uses the same default).
-pub const DEFAULT_BUDGET: usize = 10;
+/// otherwise: enough that the `epoll_wait` between batches costs a few
+/// percent of a message's time, few enough that other ready sources wait at
+/// most that many callbacks (docs/design.md has the figures).
+pub const DEFAULT_BUDGET: usize = 256;
 
 /// Pending posts a loop holds before `post` fails with `WouldBlock`.
 pub const POST_CAPACITY: usize = 4096;

@@ -301,12 +301,17 @@ fn chan_source_budget_bounds_each_iteration_under_producers() {
 #[test]
 fn chan_source_exact_budgets_on_a_full_channel() {
     let lp = Loop::new().unwrap();
+    // b holds more than the default budget, so one iteration takes exactly
+    // that many from it.
+    let b_msgs = eventq::event_loop::DEFAULT_BUDGET as u32 + 50;
     let (a, b) = (
         Chan::new(Options::new(200)).unwrap(),
-        Chan::new(Options::new(200)).unwrap(),
+        Chan::new(Options::new(b_msgs as usize)).unwrap(),
     );
     for i in 0..100u32 {
         a.send(&i.to_le_bytes(), Wait::Never).unwrap();
+    }
+    for i in 0..b_msgs {
         b.send(&i.to_le_bytes(), Wait::Never).unwrap();
     }
     let got_a = Arc::new(Mutex::new(Vec::new()));

@@ -8,6 +8,7 @@
 
 use std::fs;
 use std::io::{self, Write};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -410,7 +411,8 @@ fn a_watch_can_be_polled_by_another_loop() {
     let mut w = Watch::counters(&Cgroup::at(&child.0).unwrap(), "cgroup.events").unwrap();
     assert_eq!(w.interest(), events::IN);
     assert!(w.spec().ends_with("/cgroup.events"), "{}", w.spec());
-    let poll = |w: &Watch, timeout| eventq::sys::poll_fd(w.fd(), libc::POLLIN, Some(timeout));
+    let poll =
+        |w: &Watch, timeout| eventq::sys::poll_fd(w.fd().as_raw_fd(), libc::POLLIN, Some(timeout));
     assert_eq!(poll(&w, Duration::ZERO).unwrap(), 0, "nothing happened yet");
     fs::remove_dir(&child.0).unwrap();
     assert_ne!(

@@ -632,7 +632,7 @@ func (l *Loop) AddTimer(first, interval time.Duration, fn TimerFunc) (*Source, e
 }
 
 // AddChan calls fn once per message of ch, in order, at most the source's
-// budget per iteration (default 10, Source.SetBudget) so a busy channel
+// budget per iteration (default 256, Source.SetBudget) so a busy channel
 // cannot starve other sources; then once with eof at end of stream. The
 // source holds its own reference to the channel: ch may be released.
 // Each message is copied into Go memory for fn (one allocation per

@@ -54,7 +54,7 @@ pub const EVENTQ_ONESHOT: u32 = 1u32 << 30;
 
 /// Messages a channel source delivers per iteration unless
 /// `eventq_source_set_budget` says otherwise.
-pub const EVENTQ_DEFAULT_BUDGET: usize = 10;
+pub const EVENTQ_DEFAULT_BUDGET: usize = 256;
 
 /// Posts a loop holds pending before `eventq_loop_post` fails with -EAGAIN.
 pub const EVENTQ_POST_CAPACITY: usize = 4096;

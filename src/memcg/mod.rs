@@ -8,7 +8,7 @@
 //!   and `memory.pressure_level`. Each is an eventfd the kernel signals; a
 //!   wake-up reads its counter, which is how many notifications the kernel
 //!   made since the last read: none is merged away.
-//! - **cgroup v2**: PSI triggers ("some|full <stall us> <window us>" written
+//! - **cgroup v2**: PSI triggers (`"some|full <stall us> <window us>"` written
 //!   into a cgroup's `memory.pressure` or `/proc/pressure/memory`, polled for
 //!   `POLLPRI`), and changes of `memory.events` (or any flat-keyed notify
 //!   file), whose counters are re-read and delivered as named deltas.
@@ -21,7 +21,7 @@
 //! source after it reported its cgroup's removal. A watch can also be
 //! polled by any other event loop (`fd`, `interest`, `read`).
 //!
-//! Errors are the crate's [`Error`](crate::Error), each with its errno and a
+//! Errors are the crate's [`Error`], each with its errno and a
 //! message naming the file or setting at fault: no such cgroup (`ENOENT`),
 //! controller or interface not there (`ENODEV`), no permission
 //! (`EACCES`/`EPERM`), kernel without PSI (`EOPNOTSUPP`), a bad argument

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -76,7 +76,7 @@ pub struct PsiTrigger {
 }
 
 impl PsiTrigger {
-    /// "some <stall> <window>".
+    /// `"some <stall> <window>"`.
     pub fn some(stall: Duration, window: Duration) -> PsiTrigger {
         PsiTrigger {
             full: false,
@@ -85,7 +85,7 @@ impl PsiTrigger {
         }
     }
 
-    /// "full <stall> <window>".
+    /// `"full <stall> <window>"`.
     pub fn full(stall: Duration, window: Duration) -> PsiTrigger {
         PsiTrigger {
             full: true,
@@ -191,6 +191,33 @@ impl MemEvent {
 /// [`Watch::fd`] for [`Watch::interest`] in any other event loop and call
 /// [`Watch::read`] on each wake-up. Dropping it closes its fds, which
 /// unregisters it.
+///
+/// A system-wide PSI trigger on a loop (a cgroup's, with
+/// `Some(&Cgroup::own()?)`, works the same way):
+///
+/// ```
+/// use std::time::Duration;
+/// use eventq::memcg::{PsiTrigger, Watch};
+/// use eventq::{Event, Loop};
+///
+/// let lp = Loop::new()?;
+/// // 150 ms of memory stall within any 2 s window.
+/// let trigger = PsiTrigger::some(Duration::from_millis(150), Duration::from_secs(2));
+/// match Watch::psi(None, trigger) {
+///     Ok(watch) => {
+///         lp.add_watch(watch, |_, _, ev| {
+///             if let Event::Memory(e) = ev {
+///                 println!("memory pressure: {e:?}");
+///             }
+///             Ok(())
+///         })?;
+///         lp.run_once(Some(Duration::ZERO))?; // an idle machine: no event
+///     }
+///     // A kernel without PSI, or no permission: the error says which.
+///     Err(e) => println!("no PSI trigger here: {e}"),
+/// }
+/// # Ok::<(), eventq::Error>(())
+/// ```
 pub enum Watch {
     /// cgroup v1: `memory.usage_in_bytes` crossing a threshold.
     Threshold(Threshold),
@@ -268,7 +295,7 @@ fn drain(inotify: &File) {
 impl fmt::Debug for Watch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Watch")
-            .field("fd", &self.fd())
+            .field("fd", &self.fd().as_raw_fd())
             .field("spec", &self.spec())
             .finish_non_exhaustive()
     }
@@ -603,21 +630,21 @@ impl Watch {
     }
 
     /// The fd polled, its spec and whether the cgroup was seen removed.
-    fn parts(&self) -> (RawFd, &str, bool) {
+    fn parts(&self) -> (BorrowedFd<'_>, &str, bool) {
         match self {
             Watch::Threshold(Threshold { v1, .. })
             | Watch::Oom(Oom { v1, .. })
             | Watch::PressureLevel(PressureLevel { v1, .. }) => {
-                (v1.efd.as_raw_fd(), &v1.spec, v1.removed)
+                (v1.efd.as_fd(), &v1.spec, v1.removed)
             }
-            Watch::Psi(p) => (p.file.as_raw_fd(), &p.spec, p.removed),
-            Watch::Counters(c) => (c.epoll.as_raw_fd(), &c.spec, c.removed),
+            Watch::Psi(p) => (p.file.as_fd(), &p.spec, p.removed),
+            Watch::Counters(c) => (c.epoll.as_fd(), &c.spec, c.removed),
         }
     }
 
     /// The fd to poll: an eventfd (v1), the PSI file, or an epoll of the
     /// counters file and an inotify of its cgroup's parent directory.
-    pub fn fd(&self) -> RawFd {
+    pub fn fd(&self) -> BorrowedFd<'_> {
         self.parts().0
     }
 
@@ -720,7 +747,7 @@ impl Watch {
 /// A watch as a loop source: `Loop::add_watch`.
 impl Source for Watch {
     fn fd(&self) -> RawFd {
-        Watch::fd(self)
+        Watch::fd(self).as_raw_fd()
     }
 
     fn interest(&self) -> u32 {

@@ -473,7 +473,7 @@ static void test_budget_exact(void)
     REQUIRE("chan_new", eventq_chan_new(NULL, &ch2) == 0);
     make_busy(&b);
     send_n(ch, 100);
-    send_n(ch2, 100);
+    send_n(ch2, EVENTQ_DEFAULT_BUDGET + 50); /* more than one iteration takes */
     REQUIRE("add_chan", eventq_loop_add_chan(lp, ch, count_cb, &c, NULL, &src) == 0);
     REQUIRE("add_chan", eventq_loop_add_chan(lp, ch2, count_cb, &c2, NULL, &src2) == 0);
     REQUIRE("add_fd", eventq_loop_add_fd(lp, b.p[0], EVENTQ_IN, busy_cb, &b, NULL, &bsrc) == 0);
@@ -525,6 +525,7 @@ static void test_close_with_queued(void)
     send_n(ch, 25);
     eventq_chan_close(ch);
     REQUIRE("add_chan", eventq_loop_add_chan(lp, ch, count_cb, &c, NULL, &src) == 0);
+    REQUIRE("budget 10", eventq_source_set_budget(src, 10) == 0);
     CHECK_INT("close with queued: 10 per iteration", eventq_loop_run_once(lp, 0), 10);
     CHECK_INT("close with queued: 10", eventq_loop_run_once(lp, 0), 10);
     CHECK_INT("close with queued: the last 5 then end of stream", eventq_loop_run_once(lp, 0), 6);
