@@ -732,7 +732,9 @@ void eventq_loop_free(struct eventq_loop *lp);
 /**
  * The loop's own fd: readable while some source has work. To embed the loop
  * in another, poll this fd there and call `eventq_loop_run_once(lp, 0)` when
- * it is readable. -EINVAL for NULL.
+ * it is readable. Not with a PSI memory watch on the loop: an outer poll
+ * consumes the trigger's event before the loop sees it, so such a loop
+ * must run itself (docs/design.md, Embedding). -EINVAL for NULL.
  *
  * Thread safety: any thread.
  */

@@ -238,7 +238,9 @@ pub extern "C" fn eventq_loop_free(lp: *mut eventq_loop) {
 
 /// The loop's own fd: readable while some source has work. To embed the loop
 /// in another, poll this fd there and call `eventq_loop_run_once(lp, 0)` when
-/// it is readable. -EINVAL for NULL.
+/// it is readable. Not with a PSI memory watch on the loop: an outer poll
+/// consumes the trigger's event before the loop sees it, so such a loop
+/// must run itself (docs/design.md, Embedding). -EINVAL for NULL.
 ///
 /// Thread safety: any thread.
 #[no_mangle]
