@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT OR Apache-2.0
 # libeventq: build, install and test the Rust core, its C ABI and bindings.
 #
 #   make                 release build (build/lib/libeventq.so, target/release/libeventq.a)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! With feature `capi` (the C library, `make`): generates the C header from
 //! `src/ffi` and sets the cdylib's soname. Without it (a Rust program using
 //! the crate) there is nothing to do.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! side_by_side: libeventq against its peers, the same work through each, in
 //! one run, one table.
 //!

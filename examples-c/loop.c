@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * loop: the seed's threads A and B done right, with the libeventq loop.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * memwatch: a tiny kubelet eviction watcher on libeventq's memory watches.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /* quickstart: a producer thread sends messages and closes the channel; main
  * waits on the channel's receive fd with epoll and prints each message.
  * Build: cc -pthread quickstart.c $(pkg-config --cflags --libs eventq) */

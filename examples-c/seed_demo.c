@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * seed_demo: the seed article's bug, reproduced, and the same traffic through
  * libeventq.

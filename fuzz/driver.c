@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * A plain driver for fuzz/fuzz_abi.c, for compilers without libFuzzer: runs
  * every file named on the command line (or every file in a directory named

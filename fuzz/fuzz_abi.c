@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * Fuzz target: the libeventq C ABI driven by arbitrary operation sequences,
  * checked against a model as it goes.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT OR Apache-2.0
 # The ABI check of libeventq.so against the baseline in abi/.
 #
 # libabigail reads C's DWARF well and Rust's poorly (a Rust cdylib's DWARF

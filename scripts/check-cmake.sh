@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT OR Apache-2.0
 # Checks the CMake package of an install as a CMake user meets it:
 #  - tests/cmake (find_package(eventq 0.1 REQUIRED)) configured with
 #    CMAKE_PREFIX_PATH=PREFIX finds this install, builds one program against

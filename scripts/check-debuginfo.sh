@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT OR Apache-2.0
 # Checks the installed shared library's split debug info, as a debugger
 # finds it:
 #  - the library has no .debug_* section left, and a .gnu_debuglink naming

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT OR Apache-2.0
 # Fails when the committed C header differs from a fresh cbindgen generation.
 # build.rs writes the fresh header to its OUT_DIR on every run without touching
 # the working tree; this finds that copy through cargo's JSON messages, copies

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT OR Apache-2.0
 # Checks an installed libeventq the way a user of the C library meets it:
 #  - lib/libeventq.so.X.Y.Z is a regular file, libeventq.so.X and libeventq.so
 #    are symlinks to it (via .so.X), libeventq.a and include/eventq.h exist and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT OR Apache-2.0
 # Checks the licence files: the crate is "MIT OR Apache-2.0" (Cargo.toml), so
 #  - LICENSE-MIT holds the MIT licence, word for word, under the copyright
 #    line "Copyright (c) The libeventq developers";

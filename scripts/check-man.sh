@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT OR Apache-2.0
 # Checks the man pages of an install the way a reader meets them:
 #  - every function eventq.h declares has its page, share/man/man3/NAME.3,
 #    and man3 holds no eventq_* page for a function the header lacks;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT OR Apache-2.0
 # Checks the README's link lines against an install, as a reader would run
 # them:
 #  - the "## Linking" section of README.md has a `cc app.c ...` line with

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT OR Apache-2.0
 # Checks install, install-strip and uninstall in scratch DESTDIRs:
 #  1. into an empty DESTDIR (PREFIX=/usr/local): exactly the expected files
 #     go in, no more, no fewer (libraries and symlinks, debug file, header,

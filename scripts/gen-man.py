@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT OR Apache-2.0
 """Generates libeventq's man pages from the doc comments of include/eventq.h.
 
 One section-3 page per function the header declares (NAME, SYNOPSIS,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT OR Apache-2.0
 # Writes the native libraries a static link of libeventq.a needs, as rustc
 # reports them (--print native-static-libs), to OUT, e.g.
 #   -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc

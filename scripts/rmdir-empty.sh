@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT OR Apache-2.0
 # For `make uninstall`: removes each DIR if it is empty, then its parents
 # while they are empty, never TOP itself nor anything outside TOP. Only
 # rmdir(1), so nothing that still holds a file can go.

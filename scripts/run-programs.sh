@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT OR Apache-2.0
 # Runs test programs one after another, each under a timeout, showing their
 # own output; runs them all, then fails if any failed or hung.
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT OR Apache-2.0
 # Runs `make test-<stage>` for each stage in order, stops at the first
 # failure, and prints a summary ending in the line the CI reads:
 #   N passed, N failed

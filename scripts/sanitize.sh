@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT OR Apache-2.0
 # Runs libeventq's tests under every sanitizer this machine has, and says
 # plainly what each run covers and what it cannot. Nothing is downloaded.
 #

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The channel: a bounded multi-producer multi-consumer queue of byte
 //! messages with two doorbell fds.
 //!

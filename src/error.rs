@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The library's error type, one for the whole crate. Every variant maps to
 //! one errno, which is what the C ABI returns (negated) and what the Go
 //! binding wraps; its text says what went wrong, and for [`Error::Sys`] what

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The loop: an epoll dispatcher over fd, timer, signal and channel sources,
 //! with posts and stop from any thread (D8).
 //!

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! What the loop needs of a source that owns its fd and reads its own
 //! events (the memory watches of [`crate::memcg`]): one source kind of the
 //! loop for every such type, instead of an fd source per type with its own

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The channel's synchronisation primitives, swappable for loom's.
 //!
 //! Normal builds use std's atomics, parking_lot and the real eventfd. Under

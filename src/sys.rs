@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Thin wrappers over the Linux fd primitives the library is built on.
 //!
 //! This module and `ffi` are the only places with `unsafe`. Every fd made

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The channel's contract, call by call: D4 level readiness, D5 backpressure,
 //! D6 close, the counters, and what happens to queued messages when the last
 //! handle goes away. Readiness is always checked with poll(2) at quiescent

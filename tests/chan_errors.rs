@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Error paths lose nothing (D7): a receive into a buffer that is too small
 //! says how much it needs and leaves the message at the head; an oversize
 //! send is refused and queues nothing; invalid options are rejected. Each

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Model test: random sequences of operations (send, try-send, timed send,
 //! batch send, the three receives with small buffers and batches, close,
 //! clone/drop of extra handles) on one thread, each checked against a plain

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! D1 exactly once, D2 whole, D3 per-producer order, under real concurrency:
 //! several producers and consumers on real threads, each with its own handle
 //! (clone), moving self-checking messages of 16..=2064 bytes through every

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Model checks of the channel's wake-up protocol with loom: every
 //! interleaving of the real `Chan` code on 2-3 threads, with the eventfds
 //! replaced by a model of the kernel's counter (src/sync.rs).

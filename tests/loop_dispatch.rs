@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The loop's channel sources and source removal (D8), through the Rust API.
 //!
 //! - per-message delivery from several producer threads, checked with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Edge cases of the loop found in review: end of stream once, a stop that
 //! leaves nothing behind, a stop inside a callback that runs nothing more
 //! and loses nothing, ids that belong to their loop, a non-blocking fd.

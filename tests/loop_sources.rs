@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The loop's timers, posts, stop, re-entrancy, fd and signal sources, the
 //! embedded mode and bad arguments, through the Rust API.
 //!

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The real test of the memory-pressure sources: a child process allocates
 //! inside a fresh child cgroup and the kernel's notifications are asserted
 //! with their counts.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The memory-pressure API without a memory hog: how cgroups are found,
 //! every error code with its reason, PSI trigger registration (system-wide
 //! and on a cgroup), and removal of a cgroup under registered sources (each

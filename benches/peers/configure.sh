@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT OR Apache-2.0
 # Finds the peer libraries of benches/peers (libuv, ZeroMQ, nng, GLib) with
 # pkg-config and writes the compiler and linker flags for the ones found to
 # DIR/cflags and DIR/libs (each peer's source is compiled in only under its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * libeventq through its C ABI (the installed library): one channel of
  * capacity CAPACITY, one handle (eventq_chan_clone) per producer, producers

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * GLib: a GAsyncQueue (it carries pointers) of g_malloc'd message copies,
  * each with its length, drained by a custom GSource on the consumer's own

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * nng: inproc push/pull (protocol pipeline0). The consumer's pull socket
  * listens; each producer opens its own push socket and dials it (nng

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * libuv: a queue under a uv_mutex_t, and a uv_async_t to wake the loop;
  * the consumer runs uv_run on its own uv_loop_t. Producers push, then call

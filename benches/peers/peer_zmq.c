@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * ZeroMQ: inproc PUSH/PULL. The consumer's PULL socket is bound; each
  * producer has its own PUSH socket (ZeroMQ sockets are not thread-safe)

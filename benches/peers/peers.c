@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * bench-peers: libeventq, through its C ABI, against the libraries a C
  * programmer would pick instead to move messages from threads into an event

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * bench-peers: libeventq against the C libraries a programmer would pick
  * instead (libuv, ZeroMQ, nng, GLib), the same work through each.

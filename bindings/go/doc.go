@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //go:build linux
 
 // Package eventq is the Go binding of libeventq: per-event message delivery

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The slot ring under the channel: a bounded MPMC queue of byte messages
 //! without a queue lock (the algorithm of crossbeam's `ArrayQueue`, D. Vyukov's
 //! bounded queue), written without `unsafe`.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! `eventq_chan_*` and `eventq_msg_*`: the channel's C ABI.
 
 use std::ffi::{c_int, c_void};

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! `eventq_loop_*` and `eventq_source_*`: the loop's C ABI.
 //!
 //! A source handle (`eventq_source`) is reference-counted: the source holds

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! `eventq_memcg_*` and `eventq_loop_add_memcg`: memory-pressure watches in
 //! the C ABI.
 //!

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The C ABI. The only place besides `sys` with `unsafe`, and the only place
 //! with `#[no_mangle]` and raw pointers.
 //!

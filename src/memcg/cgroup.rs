@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Cgroup discovery: which cgroup v1 `memory` directory and which cgroup2
 //! directory a process (or a path) stands for, from `/proc/<pid>/cgroup`
 //! and the mounts in `/proc/self/mountinfo`.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Memory-pressure sources: kubelet's notifications as one loop source
 //! kind, each delivered per event with the kernel's count (see
 //! `docs/memcg.md`).

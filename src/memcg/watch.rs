@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Watches: one registration with the kernel each, and the events they
 //! report.
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * Extensible structs: eventq_chan_opts and eventq_chan_stats carry their
  * size, so a program built against an older header (a smaller struct) or a

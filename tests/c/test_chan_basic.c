@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * The channel's C ABI on one thread: D4 (receive fd readiness), D5
  * (capacity, byte limit, send fd and low water), D6 (close), D7 (too-small

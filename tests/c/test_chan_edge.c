@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * The edge guarantee, with the waiting pattern of Go's netpoller, tokio and
  * every EPOLLET user: each thread waits with EPOLLET on its own dup of the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * Every bad input to the channel's C ABI gets its documented code, writes no
  * out-parameter, and loses nothing: after each bad call the channel holds

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * The channel's C ABI under real threads: D1 (exactly once), D2 (whole),
  * D3 (per-producer order) with several producers and consumers, each thread

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * Fault: EINTR in every blocking call of the C ABI.
  *

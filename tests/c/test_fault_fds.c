@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * Fault: fd exhaustion at create. RLIMIT_NOFILE is lowered so that exactly
  * k more fds can be opened, for k = 0, 1, 2, ... until the call succeeds.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * Regression tests of library bugs found while building the fuzz model of
  * the C ABI (fuzz/fuzz_abi.c). Fixed in 06f4965; the checks were named

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * The loop's channel sources through the C ABI (D8 with D1-D3 through the
  * loop): per-message delivery from several producer threads, checked with

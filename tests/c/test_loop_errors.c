@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * Bad inputs to the loop's C ABI, with their codes: NULL loop, source,
  * callback or channel to every function; bad fds (-EBADF, -EPERM, -EEXIST);

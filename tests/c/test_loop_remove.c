@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * Source removal and destroy hooks through the C ABI (D8): a callback
  * removing itself; removing (or disabling) another source whose event is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * The loop's other sources and calls through the C ABI: timers (one-shot
  * order, periodic expiration counts, re-arming), posts (order from one and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /* Built by tests/cmake/CMakeLists.txt against the installed libeventq: one
  * message through a channel, and back out whole. */
 #include <eventq.h>

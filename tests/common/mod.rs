@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Helpers shared by the channel's integration tests: fd readiness through
 //! poll(2), a seeded PRNG, self-checking test messages, an error summary that
 //! can be compared, and the exactly-once / order verifier.

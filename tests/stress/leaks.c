@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * libeventq leaks: creates and frees N channels and N loops (each with a
  * source) through the C ABI, every path of their lives mixed in, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * libeventq stress: many producers and consumers moving millions of
  * self-checking messages through the C ABI, first through bare channels,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT OR Apache-2.0
 """Thread-to-asyncio hand-off of small messages, in one run:
 
 - eventq: a Python producer thread sends into a Chan; an asyncio consumer

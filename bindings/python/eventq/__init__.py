@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT OR Apache-2.0
 """eventq: Python binding of libeventq, per-event message delivery between
 threads and into event loops (Linux).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT OR Apache-2.0
 """Chan: a libeventq channel handle, with blocking, non-blocking and asyncio calls.
 
 Where a call waits:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT OR Apache-2.0
 """Exceptions: one eventq.Error base, each also the builtin a caller expects.
 
 Every class derives from OSError through Error, so `errno` and `strerror`

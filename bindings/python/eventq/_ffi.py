@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT OR Apache-2.0
 """The C ABI of libeventq for cffi (ABI mode), and the loading of the library.
 
 Every C declaration the package uses is in CDEF below, copied from

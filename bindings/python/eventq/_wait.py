@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT OR Apache-2.0
 """Waiting for an fd: in poll() (interruptible by signals) or in asyncio.
 
 Both wait for readability only; the caller then makes the non-blocking

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT OR Apache-2.0
 """Memory-pressure watches: cgroup v1 thresholds, OOM and pressure levels,
 cgroup2 PSI triggers and memory.events, each an async (or blocking)
 iterator of MemoryEvent, one per kernel wake-up with the kernel's count

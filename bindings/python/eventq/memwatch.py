@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT OR Apache-2.0
 """memwatch: a tiny kubelet eviction watcher on eventq.memcg, the Python twin
 of examples-c/memwatch.c and bindings/go/cmd/memwatch.
 

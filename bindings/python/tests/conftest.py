@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT OR Apache-2.0
 """Shared fixtures: the C helper (tests/helper.c) built against the installed
 library, the message encoding it uses, and a watchdog-friendly asyncio runner.
 

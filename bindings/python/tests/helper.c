@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * C side of the Python binding's tests, built by conftest.py into a shared
  * object against the installed libeventq (pkg-config) and loaded with cffi.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT OR Apache-2.0
 """asyncio: waiting on the fds with add_reader, timeouts, cancellation that
 loses nothing, many waiters on one fd, several loops, end of stream.
 

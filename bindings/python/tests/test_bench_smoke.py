@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT OR Apache-2.0
 """bench/handoff.py with tiny counts: every configuration delivers every
 message once and in order (its own check); speed is not looked at."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT OR Apache-2.0
 """Chan through the binding, one thread: messages, batches, options, readiness,
 close and release, and every bad input with its exception, each followed by
 a check that nothing queued was lost (D7)."""

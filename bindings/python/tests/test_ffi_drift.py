@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT OR Apache-2.0
 """The cffi declarations (eventq/_ffi.py) against include/eventq.h and the
 loaded library, so a change of the C ABI is caught here, declaration by
 declaration, instead of as a crash.

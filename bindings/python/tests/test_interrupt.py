@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT OR Apache-2.0
 """Ctrl-C: a child Python process blocked in a receive or a send gets SIGINT.
 It raises KeyboardInterrupt, and nothing was taken or queued by the
 interrupted call: what is sent afterwards is received, exactly once.

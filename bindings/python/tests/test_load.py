@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT OR Apache-2.0
 """How the package finds libeventq (EVENTQ_LIBRARY, pkg-config, the dynamic
 loader) and the ImportError when it cannot: each in a fresh interpreter
 with a controlled environment."""

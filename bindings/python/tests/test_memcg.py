@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT OR Apache-2.0
 """eventq.memcg and python -m eventq.memwatch.
 
 - Errors: what is missing, with its exception and errno (no such cgroup,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT OR Apache-2.0
 """Every ```python block of bindings/python/README.md runs (in a fresh
 interpreter), so the examples cannot rot."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT OR Apache-2.0
 """Real threads: 4 C producer threads (tests/helper.c) and Python producer
 threads, into blocking receives (main thread: poll; other threads: the
 library's blocking call) and into asyncio. Every message is checked: whole,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! A user's program: producers on threads, a loop receiving every message.
 use eventq::{Chan, Event, Loop, Options, Wait};
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //go:build linux
 
 // Command memwatch is a tiny kubelet eviction watcher on libeventq's

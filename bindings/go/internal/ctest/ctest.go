@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //go:build linux
 
 // Package ctest runs the C side of the eventq package's cross-language

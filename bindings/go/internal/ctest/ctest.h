@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /* C side of the cross-language tests: producer threads and a loop consumer
  * that speak the tests' message format. Test-only; not part of the API. */
 #ifndef EVENTQ_CTEST_H
