@@ -789,7 +789,7 @@ fn embedded_loop_fd_is_readable_exactly_while_work_is_pending() {
     assert!(!readable(fd), "a new loop is idle");
     // SAFETY: F_GETFD on an open fd.
     assert!(unsafe { libc::fcntl(fd, libc::F_GETFD) } & libc::FD_CLOEXEC != 0);
-    let chan = Chan::new(Options::new(64)).unwrap();
+    let chan = Chan::new(Options::new(1024)).unwrap();
     let (msgs, closed) = (counter(), counter());
     let (m, c) = (msgs.clone(), closed.clone());
     let id = lp
@@ -806,7 +806,8 @@ fn embedded_loop_fd_is_readable_exactly_while_work_is_pending() {
     assert!(readable(fd), "readable after a send");
     assert_eq!(lp.run_once(ZERO).unwrap(), 1);
     assert!(!readable(fd), "idle once delivered");
-    for _ in 0..25 {
+    // Three iterations' worth at the default budget.
+    for _ in 0..2 * eventq::event_loop::DEFAULT_BUDGET + 25 {
         chan.send(b"b", Wait::Never).unwrap();
     }
     lp.run_once(ZERO).unwrap();
