@@ -359,6 +359,9 @@ struct Tally {
     /// Bare eventfd: reads that were not one intact value.
     merged: u64,
     reads: u64,
+    /// Consumer wake-ups whose first receive found nothing (another
+    /// consumer was faster): the herd. Counted by the libeventq epoll rows.
+    empty_wakes: Option<u64>,
 }
 
 impl Tally {
@@ -495,9 +498,11 @@ impl Transport for EqEpoll {
     fn consume(mut rx: EqEpollRx) -> (Tally, Option<u64>) {
         let mut evs = [NO_EVENT; 1];
         let mut wakes = 0;
+        rx.tally.empty_wakes = Some(0);
         loop {
             rx.ep.wait(&mut evs);
             wakes += 1;
+            let mut first = true;
             loop {
                 let got = if rx.batch {
                     rx.chan
@@ -515,8 +520,13 @@ impl Transport for EqEpoll {
                         .map(|n| rx.tally.check(&rx.buf[..n]))
                 };
                 match got {
-                    Ok(()) => {}
-                    Err(Error::WouldBlock) => break,
+                    Ok(()) => first = false,
+                    Err(Error::WouldBlock) => {
+                        if first {
+                            *rx.tally.empty_wakes.get_or_insert(0) += 1;
+                        }
+                        break;
+                    }
                     Err(Error::Closed) => return (rx.tally, Some(wakes)),
                     Err(e) => panic!("libeventq receive: {e}"),
                 }
@@ -971,6 +981,8 @@ struct RunOut {
     allocs: f64,
     /// Bare eventfd: (sent, intact, reads).
     loss: Option<(u64, u64, u64)>,
+    /// Of the consumers' wake-ups, the share that found nothing.
+    empty: Option<f64>,
     error: Option<String>,
 }
 
@@ -1045,6 +1057,12 @@ fn run_throughput<T: Transport>(t: T, topo: Topo, size: usize, cfg: &Cfg) -> Run
         allocs: (a1 - a0) as f64 / timed,
         ..RunOut::default()
     };
+
+    let empty: Option<u64> = outs.iter().map(|o| o.0.empty_wakes).sum();
+    let all_wakes: Option<u64> = outs.iter().map(|o| o.1).sum();
+    if let (Some(e), Some(w)) = (empty, all_wakes) {
+        out.empty = Some(e as f64 / w.max(1) as f64);
+    }
 
     // Merge the tallies and check exactly-once, whole, in order.
     let mut count = vec![0u64; topo.p];
@@ -1796,6 +1814,9 @@ fn main() {
                     "last run: {} of {sent} lost ({intact} intact; {reads} reads)",
                     sent - intact
                 );
+            }
+            if let Some(empty) = median_opt(runs.iter().map(|r| r.empty)) {
+                let _ = write!(notes, "empty wake-ups {:.1}%", 100.0 * empty);
             }
             if runs.iter().any(|r| r.error.is_some()) {
                 notes.push_str(" DELIVERY FAILED");
