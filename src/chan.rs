@@ -40,7 +40,9 @@ use self::ring::{
     TAIL_CLOSED, TAIL_RECV_RAISED, TAIL_RECV_WAITERS,
 };
 use crate::error::{Error, Result};
-use crate::sync::{fence, AtomicU64, AtomicUsize, Condvar, EventFd, Mutex, MutexGuard, Ordering};
+use crate::sync::{
+    fence, AtomicBool, AtomicU64, AtomicUsize, Condvar, EventFd, Mutex, MutexGuard, Ordering,
+};
 
 /// The largest capacity a channel accepts. A channel's slots (96 bytes
 /// each, plus the reused buffer of each slot that has carried a message over
@@ -238,6 +240,9 @@ struct Shared {
     bytes: AtomicUsize,
     peak_depth: AtomicU64,
     bells: Mutex<Bells>,
+    /// A receive that emptied the queue found `bells` busy and left the
+    /// lowering of the receive fd to its holder (`lower_recv_soon`).
+    recv_recheck: AtomicBool,
     recv_bell: EventFd,
     send_bell: EventFd,
     waiting: Mutex<Sleepers>,
@@ -402,6 +407,7 @@ impl Chan {
                     recv_rings: 0,
                     send_rings: 1,
                 }),
+                recv_recheck: AtomicBool::new(false),
                 recv_bell,
                 send_bell,
                 waiting: Mutex::new(Sleepers {
@@ -794,7 +800,7 @@ impl Shared {
         } else if !p.settled && !self.ring.is_ready(next) {
             let tail = self.ring.tail.load(Ordering::SeqCst);
             if position(tail) == next && tail & TAIL_CLOSED == 0 {
-                self.sync_recv(Edge::IfChanged);
+                self.lower_recv_soon();
             }
         }
         if self.byte_limited() {
@@ -855,6 +861,48 @@ impl Shared {
     /// written even if it was up already. Returns whether it is raised.
     fn sync_recv(&self, edge: Edge) -> bool {
         let mut bells = self.bells.lock();
+        let raised = self.sync_recv_locked(&mut bells, edge);
+        self.release_bells(bells);
+        raised
+    }
+
+    /// The receive that emptied the queue lowers the receive fd, unless
+    /// `bells` is busy: then its holder, who may be writing an eventfd (a
+    /// syscall that on a VM waking an idle vCPU takes ~10 us), judges again
+    /// once it lets go, and this receive returns its message now instead of
+    /// waiting for that write. The flag and the lock are each written then
+    /// read across a SeqCst fence, so either this call gets the lock or the
+    /// holder sees the flag.
+    fn lower_recv_soon(&self) {
+        self.recv_recheck.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        self.recheck_recv();
+    }
+
+    /// Lets go of `bells`, then does a lowering a receive left to the holder.
+    fn release_bells(&self, bells: MutexGuard<'_, Bells>) {
+        drop(bells);
+        fence(Ordering::SeqCst);
+        if self.recv_recheck.load(Ordering::SeqCst) {
+            self.recheck_recv();
+        }
+    }
+
+    /// Judges the receive fd again while someone asks for it and `bells` is
+    /// free; a holder that sees the request after letting go comes back here.
+    fn recheck_recv(&self) {
+        while let Some(mut bells) = self.bells.try_lock() {
+            self.recv_recheck.store(false, Ordering::SeqCst);
+            self.sync_recv_locked(&mut bells, Edge::IfChanged);
+            drop(bells);
+            fence(Ordering::SeqCst);
+            if !self.recv_recheck.load(Ordering::SeqCst) {
+                return;
+            }
+        }
+    }
+
+    fn sync_recv_locked(&self, bells: &mut MutexGuard<'_, Bells>, edge: Edge) -> bool {
         loop {
             // Read-modify-writes read the latest values, not stale ones.
             let tail = self.ring.tail.fetch_or(0, Ordering::SeqCst);
@@ -903,8 +951,19 @@ impl Shared {
         self.sync_send_with(refused, Edge::IfChanged)
     }
 
-    fn sync_send_with(&self, refused: Option<usize>, mut edge: Edge) -> bool {
+    fn sync_send_with(&self, refused: Option<usize>, edge: Edge) -> bool {
         let mut bells = self.bells.lock();
+        let still_refused = self.sync_send_locked(&mut bells, refused, edge);
+        self.release_bells(bells);
+        still_refused
+    }
+
+    fn sync_send_locked(
+        &self,
+        bells: &mut MutexGuard<'_, Bells>,
+        refused: Option<usize>,
+        mut edge: Edge,
+    ) -> bool {
         loop {
             let head = self.ring.head.fetch_or(0, Ordering::SeqCst);
             let tail = self.ring.tail.fetch_or(0, Ordering::SeqCst);
@@ -1082,6 +1141,8 @@ impl Shared {
             (received..sent).map(|p| self.ring.len_at(p) as u64).sum()
         };
         let bells = self.bells.lock();
+        let (recv_doorbell_rings, send_doorbell_rings) = (bells.recv_rings, bells.send_rings);
+        self.release_bells(bells);
         Stats {
             sent,
             received,
@@ -1089,8 +1150,8 @@ impl Shared {
             pending_bytes,
             dropped: self.dropped,
             peak_depth: self.peak_depth.load(Ordering::Relaxed).max(pending),
-            recv_doorbell_rings: bells.recv_rings,
-            send_doorbell_rings: bells.send_rings,
+            recv_doorbell_rings,
+            send_doorbell_rings,
             closed: tail & TAIL_CLOSED != 0,
         }
     }

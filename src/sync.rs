@@ -10,7 +10,7 @@
 #[cfg(not(loom))]
 pub(crate) use parking_lot::{Condvar, Mutex, MutexGuard};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 #[cfg(not(loom))]
 pub(crate) use crate::sys::EventFd;
@@ -18,7 +18,7 @@ pub(crate) use crate::sys::EventFd;
 #[cfg(loom)]
 pub(crate) use self::model::{Condvar, EventFd, Mutex, MutexGuard};
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// Waiting for another thread to finish a step it has already begun (a
 /// sender between claiming a slot and filling it, a receiver between
@@ -128,6 +128,10 @@ mod model {
 
         pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
             MutexGuard(Some(self.0.lock().unwrap()))
+        }
+
+        pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+            self.0.try_lock().ok().map(|g| MutexGuard(Some(g)))
         }
     }
 
