@@ -19,12 +19,7 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
 
 /// Runs `samples` rounds: sleep 1 ms, stamp, `send`; the consumer thread
 /// polls `fd`, calls `take`, and reports the time since the stamp.
-fn measure(
-    samples: usize,
-    fd: i32,
-    send: impl Fn(),
-    take: impl Fn() + Send + 'static,
-) -> Vec<f64> {
+fn measure(samples: usize, fd: i32, send: impl Fn(), take: impl Fn() + Send + 'static) -> Vec<f64> {
     let (stamp_tx, stamp_rx) = mpsc::channel::<Instant>();
     let (lat_tx, lat_rx) = mpsc::channel::<f64>();
     let consumer = std::thread::spawn(move || {
@@ -48,14 +43,22 @@ fn measure(
 }
 
 fn main() {
-    let samples: usize = std::env::args().nth(1).and_then(|v| v.parse().ok()).unwrap_or(2000);
+    let samples: usize = std::env::args()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
 
     let efd = std::sync::Arc::new(EventFd::new().unwrap());
     let rfd = efd.as_raw_fd();
     let e2 = efd.clone();
-    let mut raw = measure(samples, rfd, || efd.write(1).unwrap(), move || {
-        e2.read().unwrap();
-    });
+    let mut raw = measure(
+        samples,
+        rfd,
+        || efd.write(1).unwrap(),
+        move || {
+            e2.read().unwrap();
+        },
+    );
 
     let chan = Chan::new(Options::new(1024)).unwrap();
     let rx = chan.clone();
@@ -74,5 +77,8 @@ fn main() {
     let (e50, e99) = (percentile(&mut eq, 0.5), percentile(&mut eq, 0.99));
     println!("idle wake-up after a 1 ms gap, {samples} samples (us)");
     println!("raw eventfd write -> poll + read      p50 {r50:7.2}  p99 {r99:7.2}");
-    println!("libeventq send -> poll + recv_into    p50 {e50:7.2}  p99 {e99:7.2}  p50 ratio {:.2}x", e50 / r50);
+    println!(
+        "libeventq send -> poll + recv_into    p50 {e50:7.2}  p99 {e99:7.2}  p50 ratio {:.2}x",
+        e50 / r50
+    );
 }
