@@ -436,21 +436,7 @@ type post struct {
 // pending (PostWait waits for room instead). Posts still pending when the
 // loop is closed never run. A panic in fn is handled as a callback's.
 func (l *Loop) Post(fn func()) error {
-	if fn == nil {
-		return syscall.EINVAL
-	}
-	c := l.c
-	select {
-	case c.postSlots <- struct{}{}:
-	default:
-		if c.ref.closed() {
-			return ErrLoopClosed
-		}
-		return ErrWouldBlock
-	}
-	err := c.post(fn)
-	runtime.KeepAlive(l)
-	return err
+	return l.enqueue(nil, false, fn)
 }
 
 // postWaitHook, if set (by the tests), runs each time PostWait is about to
@@ -467,6 +453,12 @@ var postWaitHook atomic.Pointer[func()]
 // make no room while its own callback waits: it returns ErrWouldBlock as
 // Post does.
 func (l *Loop) PostWait(ctx context.Context, fn func()) error {
+	return l.enqueue(ctx, true, fn)
+}
+
+// enqueue takes a post slot, waiting for one (if wait) until ctx is done
+// or the loop closes, and queues fn.
+func (l *Loop) enqueue(ctx context.Context, wait bool, fn func()) error {
 	if fn == nil {
 		return syscall.EINVAL
 	}
@@ -477,7 +469,7 @@ func (l *Loop) PostWait(ctx context.Context, fn func()) error {
 		if c.ref.closed() {
 			return ErrLoopClosed
 		}
-		if c.onLoopThread() {
+		if !wait || c.onLoopThread() {
 			return ErrWouldBlock
 		}
 		if h := postWaitHook.Load(); h != nil {

@@ -475,6 +475,17 @@ class Chan:
         except IndexError:
             return _NOTHING
 
+    def _recv_now(self, unstash: Any, take: Any) -> Any:
+        """The part of every receive that does not wait: what an interrupted
+        receive kept (`unstash()`), else `take(p, 0)`. Returns (p, result);
+        result is _NOTHING when the caller must wait with `take`."""
+        if self._stash:
+            r = unstash()
+            if r is not _NOTHING:
+                return None, r
+        p = self._handle()
+        return p, take(p, 0)
+
     def recv(self, timeout: Optional[float] = None) -> bytes:
         """Receives the next message, waiting as `timeout` says.
 
@@ -483,12 +494,7 @@ class Chan:
         """
         if timeout is not None and timeout < 0:
             raise _bad_timeout(timeout)
-        if self._stash:
-            m = self._unstash()
-            if m is not _NOTHING:
-                return m
-        p = self._handle()
-        m = self._take(p, 0)
+        p, m = self._recv_now(self._unstash, self._take)
         if m is not _NOTHING:
             return m
         return self._wait(p, timeout, self._recv_fd, lambda ns: self._take(p, ns))
@@ -595,15 +601,14 @@ class Chan:
         if timeout is not None and timeout < 0:
             raise _bad_timeout(timeout)
         max_msgs = _max_msgs_arg(max_msgs)
-        if self._stash:
-            msgs = self._unstash_batch(max_msgs)
-            if msgs is not _NOTHING:
-                return msgs
-        p = self._handle()
-        msgs = self._take_batch(p, max_msgs, 0)
+
+        def take(p: Any, ns: int) -> Any:
+            return self._take_batch(p, max_msgs, ns)
+
+        p, msgs = self._recv_now(lambda: self._unstash_batch(max_msgs), take)
         if msgs is not _NOTHING:
             return msgs
-        return self._wait(p, timeout, self._recv_fd, lambda ns: self._take_batch(p, max_msgs, ns))
+        return self._wait(p, timeout, self._recv_fd, lambda ns: take(p, ns))
 
     def __iter__(self) -> Iterator[bytes]:
         """Yields each message (blocking) until end of stream."""
@@ -639,12 +644,7 @@ class Chan:
         """
         if timeout is not None and timeout < 0:
             raise _bad_timeout(timeout)
-        if self._stash:
-            m = self._unstash()
-            if m is not _NOTHING:
-                return m
-        p = self._handle()
-        m = self._take(p, 0)
+        p, m = self._recv_now(self._unstash, self._take)
         if m is not _NOTHING:
             return m
         return await self._await(p, timeout, self._recv_fd, lambda ns: self._take(p, ns))
@@ -654,15 +654,14 @@ class Chan:
         if timeout is not None and timeout < 0:
             raise _bad_timeout(timeout)
         max_msgs = _max_msgs_arg(max_msgs)
-        if self._stash:
-            msgs = self._unstash_batch(max_msgs)
-            if msgs is not _NOTHING:
-                return msgs
-        p = self._handle()
-        msgs = self._take_batch(p, max_msgs, 0)
+
+        def take(p: Any, ns: int) -> Any:
+            return self._take_batch(p, max_msgs, ns)
+
+        p, msgs = self._recv_now(lambda: self._unstash_batch(max_msgs), take)
         if msgs is not _NOTHING:
             return msgs
-        return await self._await(p, timeout, self._recv_fd, lambda ns: self._take_batch(p, max_msgs, ns))
+        return await self._await(p, timeout, self._recv_fd, lambda ns: take(p, ns))
 
     async def send_async(self, data: Buffer, timeout: Optional[float] = None) -> None:
         """send() for asyncio: waits on the send fd in the running loop."""
