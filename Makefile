@@ -108,10 +108,10 @@ all: $(LIB_SO) $(LIB_A)
 # cargo decides whether anything is stale; make only re-stats the outputs.
 $(LIB_A): FORCE | need-cargo
 	$(CARGO) build --release $(CARGO_FEATURES)
-# The shared library is linked here from the static one, with eventq.map,
-# rather than taken from cargo's cdylib: rustc hands the linker an export
-# list of its own (an anonymous version script) that wins over eventq.map,
-# so cargo's cdylib has no symbol versions.
+# The shared library is linked here from the static one, with eventq.map;
+# the crate builds no cdylib: rustc would hand the linker an export list of
+# its own (an anonymous version script) that wins over eventq.map, leaving
+# the symbols unversioned.
 $(LIB_SO): $(LIB_A) $(NATIVE_LIBS) eventq.map | need-cc
 	@mkdir -p $(@D)
 	$(CC) -shared -o $@ -Wl,--whole-archive $(LIB_A) -Wl,--no-whole-archive \

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 //! With feature `capi` (the C library, `make`): generates the C header from
-//! `src/ffi` and sets the cdylib's soname. Without it (a Rust program using
-//! the crate) there is nothing to do.
+//! `src/ffi`. Without it (a Rust program using the crate) there is nothing
+//! to do. The shared library is linked by the Makefile (soname, eventq.map).
 //!
 //! The header is written to `$OUT_DIR/eventq.h` on every build; the committed
 //! `include/eventq.h` is only rewritten when `EVENTQ_UPDATE_HEADER=1`
@@ -28,12 +28,6 @@ fn capi() {
     println!("cargo:rerun-if-changed=src");
     println!("cargo:rerun-if-changed=cbindgen.toml");
     println!("cargo:rerun-if-env-changed=EVENTQ_UPDATE_HEADER");
-
-    // The soname carries the major version only: minor releases stay ABI
-    // compatible. The library that is installed is linked by the Makefile
-    // from the static one with eventq.map (symbol versions); rustc's own
-    // export list would override the map in this cdylib.
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libeventq.so.{major}");
 
     let mut config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml"))
         .expect("cbindgen.toml is readable and valid");
