@@ -8,7 +8,8 @@
 //! - libeventq, consumers waiting on the receive fd with a blocking
 //!   `epoll_wait`, then draining with non-blocking receives, per message
 //!   (`recv_into`) or 64 at a time (`recv_batch`); producers block in
-//!   `send(.., Wait::Forever)`;
+//!   `send(.., Wait::Forever)` (with `--send-fd`: poll the send fd when
+//!   the channel is full);
 //! - libeventq through the loop: `Loop::add_chan`, one callback per message
 //!   (default budget), one loop per consumer thread;
 //! - libeventq blocking on both sides: `send` and `recv_into` with
@@ -139,6 +140,11 @@ const STOP: u64 = u64::MAX - 1;
 /// `--budget N`: the loop rows' channel-source budget instead of the default.
 static LOOP_BUDGET: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
 
+/// `--send-fd`: the epoll rows' producers wait on a full channel by polling
+/// its send fd (as an event loop or Go's netpoller does) instead of blocking
+/// in `send(.., Wait::Forever)`.
+static SEND_FD: AtomicBool = AtomicBool::new(false);
+
 struct Cfg {
     smoke: bool,
     /// Messages per throughput configuration (split among producers).
@@ -175,6 +181,7 @@ impl Cfg {
                 "--msgs" => msgs = args.next().and_then(|v| v.parse().ok()),
                 "--filter" => filter = args.next(),
                 "--no-latency" => latency = false,
+                "--send-fd" => SEND_FD.store(true, Ordering::Relaxed),
                 "--budget" => {
                     if let Some(b) = args.next().and_then(|v| v.parse().ok()) {
                         let _ = LOOP_BUDGET.set(b);
@@ -190,7 +197,7 @@ impl Cfg {
                 }
                 _ => {
                     eprintln!(
-                        "usage: side_by_side [--smoke] [--reps N] [--msgs N] [--filter TEXT] [--no-latency] [--budget N] [--low-water N[,N..]]"
+                        "usage: side_by_side [--smoke] [--reps N] [--msgs N] [--filter TEXT] [--no-latency] [--budget N] [--low-water N[,N..]] [--send-fd]"
                     );
                     std::process::exit(2);
                 }
@@ -520,7 +527,25 @@ impl Transport for EqEpoll {
 
     #[inline]
     fn send(tx: &mut Chan, msg: &[u8]) {
-        tx.send(msg, Wait::Forever).expect("libeventq send");
+        if !SEND_FD.load(Ordering::Relaxed) {
+            return tx.send(msg, Wait::Forever).expect("libeventq send");
+        }
+        loop {
+            match tx.send(msg, Wait::Never) {
+                Ok(()) => return,
+                Err(Error::WouldBlock) => {
+                    let mut pfd = libc::pollfd {
+                        fd: tx.send_fd().as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    // SAFETY: one live pollfd.
+                    let rc = unsafe { libc::poll(&mut pfd, 1, -1) };
+                    assert!(rc >= 0 || errno() == libc::EINTR, "poll send fd");
+                }
+                Err(e) => panic!("libeventq send: {e}"),
+            }
+        }
     }
 
     fn consumer(&self, tally: Tally) -> EqEpollRx {
@@ -1934,6 +1959,19 @@ fn main() {
         cfg.msgs,
         cfg.reps,
         elapsed
+    );
+    let _ = writeln!(
+        o,
+        "libeventq epoll rows' producers, on a full channel: {}; loop budget {}",
+        if SEND_FD.load(Ordering::Relaxed) {
+            "poll the send fd (--send-fd)"
+        } else {
+            "block in send(.., Wait::Forever)"
+        },
+        LOOP_BUDGET
+            .get()
+            .copied()
+            .unwrap_or(eventq::event_loop::DEFAULT_BUDGET)
     );
     let _ = writeln!(
         o,
