@@ -486,12 +486,17 @@ examples-c/$(DEMO).c:
 	@echo "error: examples-c/$(DEMO).c does not exist yet: nothing to demo" >&2; exit 1
 
 # --- Benchmark ---------------------------------------------------------------
-# `make bench`: benches/side_by_side.rs in a release build: libeventq against
-# crossbeam-channel, a semaphore-eventfd queue, a pipe and the seed's bare
-# eventfd, plus idle wake-up and ping-pong latency; prints one table (the
-# README's Performance section). A couple of minutes; take figures only on a
-# quiet machine (the table prints the load average and warns when it is high).
-# BENCH_ARGS passes options: --reps N, --msgs N, --filter TEXT, --no-latency.
+# `make bench`: benches/side_by_side.rs in a release build: libeventq (epoll,
+# loop and blocking paths) against crossbeam-channel, a semaphore-eventfd
+# queue, a pipe and the seed's bare eventfd, plus idle wake-up (handshake and
+# 1 ms idle-gap pacing) and ping-pong latency; prints one table per
+# configuration and ends with a summary that judges every performance target
+# (met or MISSED, with its figure) from the medians of that run. A few
+# minutes; take figures only on a quiet machine (the table prints the load
+# average and warns when it is high). BENCH_ARGS passes options: --reps N,
+# --msgs N, --filter TEXT, --no-latency, --budget N (the loop rows),
+# --low-water N[,N..] (one more epoll row per low-water mark), --send-fd
+# (producers poll the send fd instead of blocking in send).
 # Stage bench-smoke: the same program with tiny counts (--smoke); it fails only
 # if some configuration did not deliver every message intact. No timing is
 # ever checked.
@@ -515,7 +520,8 @@ bench-go: need-go $(TEST_STAMP)
 # benches/peers/configure.sh; Debian's libnng-dev has no pkg-config module,
 # so nng is also found by a compile probe) and against libeventq's C ABI in
 # the test install. 1P1C and 4P1C, 8-byte and 1 KiB messages, one table per
-# configuration, with the libeventq/peer ratios of its epoll and loop rows;
+# configuration, with the libeventq/peer ratios of its epoll and loop rows,
+# ending with the loop's targets (met or MISSED) judged from that run;
 # six to eight minutes on 2 CPUs, most of it nng's rows (tens of microseconds a
 # message here). A peer library that is missing is left out, and the
 # program says so with its apt-get line (.ci/run installs all four).

@@ -155,7 +155,8 @@ struct Cfg {
     lat_warm: usize,
     /// Idle wake-up samples per repetition with the 1 ms gap pacing.
     gap_iters: usize,
-    /// Only rows whose "<topology> <size> B <label>" contains this.
+    /// Only rows whose "<topology> <size> B <label>" contains this, or one
+    /// of its '|'-separated alternatives.
     filter: Option<String>,
     latency: bool,
     /// `--low-water N[,N..]`: one extra epoll + recv_into row per value, its
@@ -1819,12 +1820,12 @@ enum Goal {
 /// measured, when a filter left a row out).
 fn verdict(o: &mut String, what: &str, figure: Option<f64>, goal: Goal) {
     let Some(f) = figure else {
-        let _ = writeln!(o, "{what:<72}      -  not measured in this run");
+        let _ = writeln!(o, "{what:<72}       -  not measured in this run");
         return;
     };
     let (fig, target, met) = match goal {
-        Goal::AtLeast(w) => (format!("{f:.2}x"), format!(">= {w}x"), f >= w),
-        Goal::AtMost(w) => (format!("{f:.2}x"), format!("<= {w}x"), f <= w),
+        Goal::AtLeast(w) => (format!("{f:.3}x"), format!(">= {w}x"), f >= w),
+        Goal::AtMost(w) => (format!("{f:.3}x"), format!("<= {w}x"), f <= w),
         Goal::PercentAtMost(w) => (
             format!("{:.1}%", 100.0 * f),
             format!("<= {w}%"),
@@ -1833,7 +1834,7 @@ fn verdict(o: &mut String, what: &str, figure: Option<f64>, goal: Goal) {
     };
     let _ = writeln!(
         o,
-        "{what:<72} {fig:>7}  target {target:<8} {}",
+        "{what:<72} {fig:>8}  target {target:<8} {}",
         if met { "met" } else { "MISSED" }
     );
 }
@@ -1883,7 +1884,12 @@ fn main() {
         for (gi, &(topo, size)) in groups.iter().enumerate() {
             for (pi, &peer) in peers.iter().enumerate() {
                 let name = format!("{} {size} B {}", topo.name(), peer.label(size));
-                if !peer.applies(size) || cfg.filter.as_ref().is_some_and(|f| !name.contains(f)) {
+                if !peer.applies(size)
+                    || cfg
+                        .filter
+                        .as_ref()
+                        .is_some_and(|f| !f.split('|').any(|f| name.contains(f)))
+                {
                     continue;
                 }
                 progress(&name);
