@@ -481,14 +481,22 @@ trait Transport: Send + Sync + 'static {
     fn consumer(&self, tally: Tally) -> Self::Rx;
     /// Receives until end of stream; returns the tally and the wake-ups.
     fn consume(rx: Self::Rx) -> (Tally, Option<u64>);
+    /// libeventq's rows: their channel (for close and the stats).
+    fn eq_chan(&self) -> Option<&Chan> {
+        None
+    }
     /// Called once every producer has finished.
-    fn close(&self);
+    fn close(&self) {
+        self.eq_chan().expect("close: no channel").close();
+    }
     /// Doorbell rings (or writes) per message sent.
-    fn rings(&self, sent: u64) -> Option<f64>;
+    fn rings(&self, _sent: u64) -> Option<f64> {
+        self.eq_chan().map(|c| chan_rings(c).0)
+    }
     /// libeventq: send-doorbell rings (blocked producers woken at the
     /// low-water mark) per message sent.
     fn send_rings(&self) -> Option<f64> {
-        None
+        self.eq_chan().map(|c| chan_rings(c).1)
     }
 }
 
@@ -604,16 +612,8 @@ impl Transport for EqEpoll {
         }
     }
 
-    fn close(&self) {
-        self.chan.close();
-    }
-
-    fn rings(&self, _sent: u64) -> Option<f64> {
-        Some(chan_rings(&self.chan).0)
-    }
-
-    fn send_rings(&self) -> Option<f64> {
-        Some(chan_rings(&self.chan).1)
+    fn eq_chan(&self) -> Option<&Chan> {
+        Some(&self.chan)
     }
 }
 
@@ -675,16 +675,8 @@ impl Transport for EqLoop {
         (tally, Some(wakes))
     }
 
-    fn close(&self) {
-        self.chan.close();
-    }
-
-    fn rings(&self, _sent: u64) -> Option<f64> {
-        Some(chan_rings(&self.chan).0)
-    }
-
-    fn send_rings(&self) -> Option<f64> {
-        Some(chan_rings(&self.chan).1)
+    fn eq_chan(&self) -> Option<&Chan> {
+        Some(&self.chan)
     }
 }
 
@@ -722,16 +714,8 @@ impl Transport for EqBlock {
         }
     }
 
-    fn close(&self) {
-        self.chan.close();
-    }
-
-    fn rings(&self, _sent: u64) -> Option<f64> {
-        Some(chan_rings(&self.chan).0)
-    }
-
-    fn send_rings(&self) -> Option<f64> {
-        Some(chan_rings(&self.chan).1)
+    fn eq_chan(&self) -> Option<&Chan> {
+        Some(&self.chan)
     }
 }
 
