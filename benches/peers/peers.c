@@ -188,9 +188,8 @@ static int filtered_in(const char *name)
     for (const char *f = cfg.filter;;) {
         const char *bar = strchr(f, '|');
         size_t n = bar ? (size_t)(bar - f) : strlen(f);
-        for (const char *p = name; n && strlen(p) >= n; p++)
-            if (!strncmp(p, f, n))
-                return 1;
+        if (!n || memmem(name, strlen(name), f, n))
+            return 1;
         if (!bar)
             return 0;
         f = bar + 1;
