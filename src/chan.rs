@@ -1061,6 +1061,10 @@ impl Shared {
                 Pop::TooLong(needed) => return Err(Error::BufferTooSmall { needed }),
                 Pop::Empty(tail) => {
                     if tail & TAIL_CLOSED != 0 {
+                        // Pass the end of stream on: a consumer registered
+                        // with EPOLLEXCLUSIVE was woken by one write, alone;
+                        // this write wakes the next (D6).
+                        self.sync_recv(Edge::Owed);
                         return Err(Error::Closed);
                     }
                     let deadline = *deadline.get_or_insert_with(|| Deadline::new(wait));
