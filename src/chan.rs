@@ -243,6 +243,8 @@ struct Shared {
     /// A receive that emptied the queue found `bells` busy and left the
     /// lowering of the receive fd to its holder (`lower_recv_soon`).
     recv_recheck: AtomicBool,
+    /// Loop sources taking from this channel (`LoopConsumer`).
+    loop_consumers: AtomicUsize,
     recv_bell: EventFd,
     send_bell: EventFd,
     waiting: Mutex<Sleepers>,
@@ -408,6 +410,7 @@ impl Chan {
                     send_rings: 1,
                 }),
                 recv_recheck: AtomicBool::new(false),
+                loop_consumers: AtomicUsize::new(0),
                 recv_bell,
                 send_bell,
                 waiting: Mutex::new(Sleepers {
@@ -674,6 +677,41 @@ impl Chan {
         let mut shared = Arc::into_inner(self.shared)?;
         shared.discard_pending();
         Some(shared.stats())
+    }
+}
+
+/// A loop's channel source. Loops register the receive fd with
+/// EPOLLEXCLUSIVE, so one write wakes one of them; a loop that stops taking
+/// while messages remain (its budget spent, the source disabled or removed)
+/// passes the wake on, if another loop consumes the channel.
+pub(crate) struct LoopConsumer(Chan);
+
+impl Chan {
+    pub(crate) fn loop_consumer(&self) -> LoopConsumer {
+        self.shared.loop_consumers.fetch_add(1, Ordering::SeqCst);
+        LoopConsumer(self.clone())
+    }
+
+    /// Wakes another loop for the messages still pending, if one consumes
+    /// this channel.
+    pub(crate) fn pass_on(&self) {
+        if self.shared.loop_consumers.load(Ordering::SeqCst) > 1 {
+            self.shared.pass_on_pending();
+        }
+    }
+}
+
+impl LoopConsumer {
+    pub(crate) fn chan(&self) -> &Chan {
+        &self.0
+    }
+}
+
+impl Drop for LoopConsumer {
+    fn drop(&mut self) {
+        if self.0.shared.loop_consumers.fetch_sub(1, Ordering::SeqCst) > 1 {
+            self.0.shared.pass_on_pending();
+        }
     }
 }
 
@@ -1083,6 +1121,16 @@ impl Shared {
                     self.wait_for_message(deadline);
                 }
             }
+        }
+    }
+
+    /// Writes the receive fd again if messages are pending: one more
+    /// exclusive waiter wakes.
+    fn pass_on_pending(&self) {
+        let tail = self.ring.tail.load(Ordering::SeqCst);
+        let head = self.ring.head.load(Ordering::SeqCst);
+        if position(tail) > position(head) {
+            self.sync_recv(Edge::Owed);
         }
     }
 
