@@ -195,8 +195,9 @@ pub struct Stats {
     /// The most messages ever queued at once.
     pub peak_depth: u64,
     /// Writes to the receive eventfd: one per empty-to-non-empty transition,
-    /// one at close, and one when a batch receive ends short at end of
-    /// stream (D9).
+    /// one at close, one per receive that reports end of stream (or a batch
+    /// that ends short at it), and one when a loop source that leaves
+    /// messages behind passes the wake-up on to another loop (D4, D6, D9).
     /// Compare with `sent` to see the wakeup economy.
     pub recv_doorbell_rings: u64,
     /// Writes to the send eventfd: one at creation, one per drain to the
@@ -429,7 +430,9 @@ impl Chan {
     /// The fd to poll for input: readable exactly while messages are pending
     /// or the channel is closed (D4). Only poll it; never read or write it.
     /// Edge-triggered pollers may wait for the next event after a refused
-    /// receive (D9).
+    /// receive (D9). Several consumers, each with its own epoll set, should
+    /// register it with `EPOLLEXCLUSIVE` and receive until `WouldBlock` or
+    /// `Closed` before waiting again: one wakes per write, not all (D4).
     #[cfg(not(loom))]
     pub fn recv_fd(&self) -> BorrowedFd<'_> {
         self.shared.recv_bell.as_fd()

@@ -512,7 +512,8 @@ impl Loop {
     /// Calls back once per message of `chan`, at most the source's budget
     /// per iteration ([`DEFAULT_BUDGET`]), then once with `Event::Closed`
     /// when the channel is closed and drained. The source holds its own
-    /// handle to the channel.
+    /// handle to the channel. Several loops may consume one channel: a
+    /// message wakes one of them, not all (D4).
     pub fn add_chan(
         &self,
         chan: &Chan,
