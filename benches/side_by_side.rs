@@ -300,6 +300,17 @@ const NO_EVENT: libc::epoll_event = libc::epoll_event { events: 0, u64: 0 };
 
 impl Ep {
     fn new(fds: &[RawFd]) -> Ep {
+        Ep::with_flags(fds, 0)
+    }
+
+    /// Several consumers on one fd, each with its own epoll: the kernel
+    /// wakes one of them per write, not all (libeventq passes an end of
+    /// stream on from one to the next).
+    fn exclusive(fds: &[RawFd]) -> Ep {
+        Ep::with_flags(fds, libc::EPOLLEXCLUSIVE as u32)
+    }
+
+    fn with_flags(fds: &[RawFd], flags: u32) -> Ep {
         // SAFETY: plain syscall.
         let ep = Ep(owned(
             unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) },
@@ -307,7 +318,7 @@ impl Ep {
         ));
         for (i, &fd) in fds.iter().enumerate() {
             let mut ev = libc::epoll_event {
-                events: libc::EPOLLIN as u32,
+                events: libc::EPOLLIN as u32 | flags,
                 u64: i as u64,
             };
             // SAFETY: ev is a live local.
@@ -565,7 +576,7 @@ impl Transport for EqEpoll {
         };
         EqEpollRx {
             chan: self.chan.clone(),
-            ep: Ep::new(&[self.chan.recv_fd().as_raw_fd()]),
+            ep: Ep::exclusive(&[self.chan.recv_fd().as_raw_fd()]),
             batch: self.batch,
             buf: vec![0; buf_len],
             lens: vec![0; BATCH],

@@ -302,8 +302,10 @@ typedef struct eventq_chan_stats {
   uint64_t peak_depth;
   /**
    * Writes to the receive eventfd: one per empty-to-non-empty transition,
-   * one at close, and one when a batch receive ends short at end of
-   * stream (D9). Far below `sent` on a busy channel.
+   * one at close, one per receive that reports end of stream (or a batch
+   * that ends short at it), and one when a loop source that leaves
+   * messages behind passes the wake-up on to another loop (D4, D6, D9).
+   * Far below `sent` on a busy channel.
    */
   uint64_t recv_doorbell_rings;
   /**
@@ -550,10 +552,12 @@ int eventq_chan_free_final(struct eventq_chan *chan, struct eventq_chan_stats *o
  * readable) no later than when a message is receivable, or the channel
  * closes; close always writes it (D9).
  *
- * Several consumers may poll it; each wakes when it becomes readable. Do
- * not register it with EPOLLEXCLUSIVE: close writes the fd once, which
- * wakes only one exclusive waiter, and the fd stays readable with no
- * further event.
+ * Several consumers, each polling it in its own epoll set, should register
+ * it with EPOLLEXCLUSIVE (level-triggered): the kernel then wakes one of
+ * them per write instead of all (D4). Each must keep receiving until
+ * -EAGAIN or end of stream before it waits again: a receive that reports
+ * end of stream writes the fd again, which wakes the next, so every
+ * consumer learns of the close (D6).
  *
  * Thread safety: any thread.
  */
@@ -855,6 +859,11 @@ int eventq_loop_add_timer(const struct eventq_loop *lp,
  * the channel is closed and drained, after which the source is disabled.
  * The source holds its own reference to the channel. Ownership, `out` and
  * callbacks as for `eventq_loop_add_fd`.
+ *
+ * Several loops may consume one channel: the source registers the fd with
+ * EPOLLEXCLUSIVE, so a message wakes one loop, not all; a loop that stops
+ * with messages left (budget spent, source disabled or removed) wakes
+ * another, and end of stream reaches every loop (D4).
  *
  * Returns 0; -EINVAL for a NULL loop, chan or cb; -EEXIST if this loop
  * already has a source for the channel.

@@ -195,8 +195,9 @@ pub struct Stats {
     /// The most messages ever queued at once.
     pub peak_depth: u64,
     /// Writes to the receive eventfd: one per empty-to-non-empty transition,
-    /// one at close, and one when a batch receive ends short at end of
-    /// stream (D9).
+    /// one at close, one per receive that reports end of stream (or a batch
+    /// that ends short at it), and one when a loop source that leaves
+    /// messages behind passes the wake-up on to another loop (D4, D6, D9).
     /// Compare with `sent` to see the wakeup economy.
     pub recv_doorbell_rings: u64,
     /// Writes to the send eventfd: one at creation, one per drain to the
@@ -243,6 +244,8 @@ struct Shared {
     /// A receive that emptied the queue found `bells` busy and left the
     /// lowering of the receive fd to its holder (`lower_recv_soon`).
     recv_recheck: AtomicBool,
+    /// Loop sources taking from this channel (`LoopConsumer`).
+    loop_consumers: AtomicUsize,
     recv_bell: EventFd,
     send_bell: EventFd,
     waiting: Mutex<Sleepers>,
@@ -408,6 +411,7 @@ impl Chan {
                     send_rings: 1,
                 }),
                 recv_recheck: AtomicBool::new(false),
+                loop_consumers: AtomicUsize::new(0),
                 recv_bell,
                 send_bell,
                 waiting: Mutex::new(Sleepers {
@@ -426,7 +430,9 @@ impl Chan {
     /// The fd to poll for input: readable exactly while messages are pending
     /// or the channel is closed (D4). Only poll it; never read or write it.
     /// Edge-triggered pollers may wait for the next event after a refused
-    /// receive (D9).
+    /// receive (D9). Several consumers, each with its own epoll set, should
+    /// register it with `EPOLLEXCLUSIVE` and receive until `WouldBlock` or
+    /// `Closed` before waiting again: one wakes per write, not all (D4).
     #[cfg(not(loom))]
     pub fn recv_fd(&self) -> BorrowedFd<'_> {
         self.shared.recv_bell.as_fd()
@@ -674,6 +680,41 @@ impl Chan {
         let mut shared = Arc::into_inner(self.shared)?;
         shared.discard_pending();
         Some(shared.stats())
+    }
+}
+
+/// A loop's channel source. Loops register the receive fd with
+/// EPOLLEXCLUSIVE, so one write wakes one of them; a loop that stops taking
+/// while messages remain (its budget spent, the source disabled or removed)
+/// passes the wake on, if another loop consumes the channel.
+pub(crate) struct LoopConsumer(Chan);
+
+impl Chan {
+    pub(crate) fn loop_consumer(&self) -> LoopConsumer {
+        self.shared.loop_consumers.fetch_add(1, Ordering::SeqCst);
+        LoopConsumer(self.clone())
+    }
+
+    /// Wakes another loop for the messages still pending, if one consumes
+    /// this channel.
+    pub(crate) fn pass_on(&self) {
+        if self.shared.loop_consumers.load(Ordering::SeqCst) > 1 {
+            self.shared.pass_on_pending();
+        }
+    }
+}
+
+impl LoopConsumer {
+    pub(crate) fn chan(&self) -> &Chan {
+        &self.0
+    }
+}
+
+impl Drop for LoopConsumer {
+    fn drop(&mut self) {
+        if self.0.shared.loop_consumers.fetch_sub(1, Ordering::SeqCst) > 1 {
+            self.0.shared.pass_on_pending();
+        }
     }
 }
 
@@ -1061,6 +1102,10 @@ impl Shared {
                 Pop::TooLong(needed) => return Err(Error::BufferTooSmall { needed }),
                 Pop::Empty(tail) => {
                     if tail & TAIL_CLOSED != 0 {
+                        // Pass the end of stream on: a consumer registered
+                        // with EPOLLEXCLUSIVE was woken by one write, alone;
+                        // this write wakes the next (D6).
+                        self.sync_recv(Edge::Owed);
                         return Err(Error::Closed);
                     }
                     let deadline = *deadline.get_or_insert_with(|| Deadline::new(wait));
@@ -1079,6 +1124,16 @@ impl Shared {
                     self.wait_for_message(deadline);
                 }
             }
+        }
+    }
+
+    /// Writes the receive fd again if messages are pending: one more
+    /// exclusive waiter wakes.
+    fn pass_on_pending(&self) {
+        let tail = self.ring.tail.load(Ordering::SeqCst);
+        let head = self.ring.head.load(Ordering::SeqCst);
+        if position(tail) > position(head) {
+            self.sync_recv(Edge::Owed);
         }
     }
 

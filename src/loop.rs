@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
-use crate::chan::{Chan, Wait};
+use crate::chan::{Chan, LoopConsumer, Wait};
 use crate::error::{Error, Result};
 use crate::memcg::{MemEvent, Watch};
 use crate::source::Source;
@@ -143,7 +143,7 @@ enum Kind {
     },
     /// `eos`: end of stream was delivered; it is delivered once only.
     Chan {
-        chan: Chan,
+        chan: LoopConsumer,
         eos: bool,
     },
     Signal {
@@ -174,7 +174,7 @@ impl Entry {
         match &self.kind {
             Kind::Fd(fd) => *fd,
             Kind::Timer { tfd, .. } => tfd.as_raw_fd(),
-            Kind::Chan { chan, .. } => chan.recv_raw_fd(),
+            Kind::Chan { chan, .. } => chan.chan().recv_raw_fd(),
             Kind::Signal { sfd, .. } => sfd.as_raw_fd(),
             Kind::Owned(src) => src.fd(),
         }
@@ -512,7 +512,8 @@ impl Loop {
     /// Calls back once per message of `chan`, at most the source's budget
     /// per iteration ([`DEFAULT_BUDGET`]), then once with `Event::Closed`
     /// when the channel is closed and drained. The source holds its own
-    /// handle to the channel.
+    /// handle to the channel. Several loops may consume one channel: a
+    /// message wakes one of them, not all (D4).
     pub fn add_chan(
         &self,
         chan: &Chan,
@@ -527,10 +528,13 @@ impl Loop {
         make: impl FnOnce(SourceId) -> Callback,
     ) -> Result<SourceId> {
         let kind = Kind::Chan {
-            chan: chan.clone(),
+            chan: chan.loop_consumer(),
             eos: false,
         };
-        let entry = self.entry(kind, events::IN, None);
+        // Exclusive: when several loops consume one channel, a message wakes
+        // one of them, not all (each passes an end of stream on, and a loop
+        // that stops with messages left wakes the next: `LoopConsumer`).
+        let entry = self.entry(kind, events::IN | libc::EPOLLEXCLUSIVE as u32, None);
         self.add_entry(entry, |id| Some(make(id)))
     }
 
@@ -636,6 +640,9 @@ impl Loop {
         } else if !enabled && entry.registered {
             let _ = self.inner.epoll.delete(fd);
             entry.registered = false;
+            if let Kind::Chan { chan, .. } = &entry.kind {
+                chan.chan().pass_on();
+            }
         }
         if !enabled && entry.enabled {
             self.inner.disables.fetch_add(1, Ordering::Release);
@@ -835,7 +842,7 @@ impl Loop {
                     let _ = self.apply_enabled(entry, id, false);
                     return 0;
                 }
-                let (chan, budget) = (chan.clone(), entry.budget);
+                let (chan, budget) = (chan.chan().clone(), entry.budget);
                 return self.dispatch_chan(tab, id, &chan, budget, since);
             }
             Kind::Fd(_) => {
@@ -944,6 +951,10 @@ impl Loop {
             }
         }
         *self.inner.scratch.lock() = buf;
+        if calls == budget {
+            // Messages may remain: another loop on this channel may help.
+            chan.pass_on();
+        }
         self.finish(id, cb, result);
         calls
     }

@@ -233,6 +233,8 @@ impl Model {
         }
         let Some(head) = self.q.front() else {
             return if self.closed {
+                // End of stream is passed on: the fd is written again.
+                self.stats.recv_doorbell_rings += 1;
                 Got::Closed
             } else {
                 Model::would_block(wait)

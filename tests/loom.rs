@@ -364,3 +364,34 @@ fn a_refused_sender_gets_an_edge_when_room_comes() {
         assert_doorbells_match(&chan);
     });
 }
+
+#[test]
+fn every_end_of_stream_report_writes_the_receive_fd() {
+    // Consumers registered with EPOLLEXCLUSIVE: the kernel wakes one of them
+    // per write, so close's one write wakes one consumer. Each receive that
+    // reports end of stream must write the fd again after it began, waking
+    // the next; a close racing a send and the receives must not change that.
+    fn recv_reports_with_a_write(chan: &Chan) -> bool {
+        let seen = chan.doorbell_writes().0;
+        let closed = matches!(chan.recv(Wait::Never), Err(Error::Closed));
+        assert!(
+            !closed || chan.doorbell_writes().0 > seen,
+            "an end-of-stream report wrote nothing"
+        );
+        closed
+    }
+    model(|| {
+        let chan = Chan::new(Options::new(2)).unwrap();
+        let tx = chan.clone();
+        let closer = thread::spawn(move || {
+            let _ = tx.send(b"1", Wait::Never);
+            tx.close();
+        });
+        recv_reports_with_a_write(&chan);
+        recv_reports_with_a_write(&chan);
+        closer.join().unwrap();
+        drain(&chan);
+        assert!(recv_reports_with_a_write(&chan));
+        assert_doorbells_match(&chan);
+    });
+}

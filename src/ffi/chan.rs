@@ -97,8 +97,10 @@ pub struct eventq_chan_stats {
     /// Most messages ever queued at once.
     pub peak_depth: u64,
     /// Writes to the receive eventfd: one per empty-to-non-empty transition,
-    /// one at close, and one when a batch receive ends short at end of
-    /// stream (D9). Far below `sent` on a busy channel.
+    /// one at close, one per receive that reports end of stream (or a batch
+    /// that ends short at it), and one when a loop source that leaves
+    /// messages behind passes the wake-up on to another loop (D4, D6, D9).
+    /// Far below `sent` on a busy channel.
     pub recv_doorbell_rings: u64,
     /// Writes to the send eventfd: one at creation, one per drain to the
     /// low-water mark after the channel was full (or refused a send),
@@ -322,10 +324,12 @@ pub extern "C" fn eventq_chan_free_final(
 /// readable) no later than when a message is receivable, or the channel
 /// closes; close always writes it (D9).
 ///
-/// Several consumers may poll it; each wakes when it becomes readable. Do
-/// not register it with EPOLLEXCLUSIVE: close writes the fd once, which
-/// wakes only one exclusive waiter, and the fd stays readable with no
-/// further event.
+/// Several consumers, each polling it in its own epoll set, should register
+/// it with EPOLLEXCLUSIVE (level-triggered): the kernel then wakes one of
+/// them per write instead of all (D4). Each must keep receiving until
+/// -EAGAIN or end of stream before it waits again: a receive that reports
+/// end of stream writes the fd again, which wakes the next, so every
+/// consumer learns of the close (D6).
 ///
 /// Thread safety: any thread.
 #[no_mangle]

@@ -445,6 +445,11 @@ pub extern "C" fn eventq_loop_add_timer(
 /// The source holds its own reference to the channel. Ownership, `out` and
 /// callbacks as for `eventq_loop_add_fd`.
 ///
+/// Several loops may consume one channel: the source registers the fd with
+/// EPOLLEXCLUSIVE, so a message wakes one loop, not all; a loop that stops
+/// with messages left (budget spent, source disabled or removed) wakes
+/// another, and end of stream reaches every loop (D4).
+///
 /// Returns 0; -EINVAL for a NULL loop, chan or cb; -EEXIST if this loop
 /// already has a source for the channel.
 ///

@@ -2,8 +2,8 @@
 /*
  * The loop's channel sources through the C ABI (D8 with D1-D3 through the
  * loop): per-message delivery from several producer threads, checked with
- * (producer id, sequence, body length, checksum) messages; two loops sharing
- * one channel; the per-iteration budget (eventq_source_set_budget); empty and
+ * (producer id, sequence, body length, checksum) messages; four loops sharing
+ * one channel, one leaving mid-stream; the per-iteration budget (eventq_source_set_budget); empty and
  * large messages; end of stream (data NULL) exactly once, then the source is
  * disabled; a negative return disabling the source (eventq_source_error); the
  * source's own reference to the channel.
@@ -68,6 +68,10 @@ struct rx {
     uint64_t iter_calls; /* messages in the current iteration */
     uint64_t max_per_iter;
     int stop_at_eos;
+    /* Remove the source and stop the loop after this many messages (0:
+     * never): a consumer that leaves with messages still queued. */
+    uint64_t leave_at;
+    int left;
 };
 
 static void rx_init(struct rx *r, struct eventq_loop *lp, int producers, uint32_t per)
@@ -123,6 +127,10 @@ static int rx_cb(struct eventq_source *src, const void *data, size_t len, void *
     }
     r->iter_calls++;
     rx_msg(r, data, len);
+    if (r->leave_at && r->got == r->leave_at) {
+        r->left = eventq_source_remove(src) == 0;
+        eventq_loop_stop(r->lp);
+    }
     return 0;
 }
 
@@ -357,9 +365,14 @@ static void test_producers_budget(void)
     close_busy(&b);
 }
 
-/* Two loops on two threads, each with a source on the same channel:
- * competing consumers. Every message reaches exactly one of them (D1), each
- * sees each producer's messages in order (D3), both see end of stream once. */
+/* Loops on their own threads, each with a source on the same channel:
+ * competing consumers. The loops register the fd with EPOLLEXCLUSIVE, so a
+ * message wakes one of them: each must pass end of stream on to the next,
+ * and one that leaves with messages queued (here the first, after LEAVE_AT
+ * messages, from inside its callback) must wake another. Every message
+ * reaches exactly one loop (D1), each sees each producer's messages in order
+ * (D3), every loop still there sees end of stream once. A lost hand-on
+ * leaves the others asleep over a full channel: the watchdog fails it. */
 struct loop_thread {
     pthread_t th;
     struct eventq_loop *lp;
@@ -373,57 +386,94 @@ static void *loop_main(void *arg)
     return NULL;
 }
 
-static void test_two_loops_one_channel(void)
+enum { NLOOPS = 4, LOOP_ROUNDS = 40 };
+
+static int loops_round(int round, int *left)
 {
-    enum { NPROD = 4, PER = 5000 };
-    struct loop_thread lt[2];
-    struct rx r[2];
-    struct eventq_source *src[2];
+    enum { NPROD = 4, PER = 1000 };
+    struct loop_thread lt[NLOOPS];
+    struct rx r[NLOOPS];
+    struct eventq_source *src[NLOOPS];
     eventq_chan *ch;
     struct producer ps[NPROD];
     atomic_int alive;
     eventq_chan_opts o;
+    int bad = 0;
 
     eventq_chan_opts_init(&o, sizeof o);
-    o.capacity = 128;
+    o.capacity = 64;
     REQUIRE("chan_new", eventq_chan_new(&o, &ch) == 0);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < NLOOPS; i++) {
         REQUIRE("loop_new", eventq_loop_new(&lt[i].lp) == 0);
         rx_init(&r[i], lt[i].lp, NPROD, PER);
         r[i].stop_at_eos = 1;
+        r[i].leave_at = i == 0 && round % 2 ? 1 + (uint64_t)round % 50 : 0;
         REQUIRE("add_chan", eventq_loop_add_chan(lt[i].lp, ch, rx_cb, &r[i], NULL, &src[i]) == 0);
-        REQUIRE("set_budget", eventq_source_set_budget(src[i], 3) == 0);
+        REQUIRE("set_budget", eventq_source_set_budget(src[i], 1 + (size_t)(i + round) % 4) == 0);
     }
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < NLOOPS; i++)
         REQUIRE("pthread_create", pthread_create(&lt[i].th, NULL, loop_main, &lt[i]) == 0);
     start_producers(ps, NPROD, ch, PER, &alive);
-    join_producers("two loops: every producer sent all", ps, NPROD, PER);
-    for (int i = 0; i < 2; i++)
-        pthread_join(lt[i].th, NULL);
-    CHECK_MSG("two loops: both runs returned 0", lt[0].rc == 0 && lt[1].rc == 0, "rc %d, %d",
-              lt[0].rc, lt[1].rc);
-
-    uint64_t bad = 0, total = 0;
-    int wrong = 0;
-    for (int i = 0; i < 2; i++) {
-        bad += r[i].bad_len + r[i].bad_sum + r[i].bad_pid;
-        total += r[i].got;
+    for (int i = 0; i < NPROD; i++) {
+        pthread_join(ps[i].th, NULL);
+        if ((ps[i].bad_rc || ps[i].accepted != PER) && bad++ < 5)
+            CHECK_MSG("loops: every producer sent all", 0, "round %d: producer %d", round, i);
     }
-    for (int p = 0; p < NPROD; p++)
-        wrong += r[0].count[p] + r[1].count[p] != PER;
-    CHECK_MSG("two loops: D1 each message reached exactly one loop",
-              total == (uint64_t)NPROD * PER && wrong == 0, "total %llu, %d producers wrong",
-              (unsigned long long)total, wrong);
-    CHECK_U64("two loops: D2 every message whole", bad, 0);
-    CHECK_U64("two loops: D3 order within each loop", r[0].bad_order + r[1].bad_order, 0);
-    CHECK_MSG("two loops: each saw end of stream exactly once",
-              r[0].eos == 1 && r[1].eos == 1 && r[0].after_eos == 0 && r[1].after_eos == 0,
-              "eos %llu, %llu", (unsigned long long)r[0].eos, (unsigned long long)r[1].eos);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < NLOOPS; i++)
+        pthread_join(lt[i].th, NULL);
+
+    uint64_t total = 0, whole = 0, order = 0;
+    int wrong = 0, rcs = 0, eos = 0;
+    for (int i = 0; i < NLOOPS; i++) {
+        whole += r[i].bad_len + r[i].bad_sum + r[i].bad_pid;
+        order += r[i].bad_order;
+        total += r[i].got;
+        rcs += lt[i].rc != 0;
+        /* A loop that left sees no end of stream; the others once each (a
+         * loop that had fewer messages than it would leave at stays). */
+        eos += r[i].eos != (r[i].left ? 0u : 1u) || r[i].after_eos != 0;
+        *left += r[i].left;
+        if (r[i].leave_at && r[i].got >= r[i].leave_at && !r[i].left && bad++ < 5)
+            CHECK_MSG("loops: a source removes itself", 0, "round %d", round);
+    }
+    for (int p = 0; p < NPROD; p++) {
+        uint64_t n = 0;
+        for (int i = 0; i < NLOOPS; i++)
+            n += r[i].count[p];
+        wrong += n != PER;
+    }
+    if ((total != (uint64_t)NPROD * PER || wrong) && bad++ < 5)
+        CHECK_MSG("loops: D1 each message reached exactly one loop", 0,
+                  "round %d: total %llu, %d producers wrong", round, (unsigned long long)total,
+                  wrong);
+    if (whole && bad++ < 5)
+        CHECK_MSG("loops: D2 every message whole", 0, "round %d: %llu bad", round,
+                  (unsigned long long)whole);
+    if (order && bad++ < 5)
+        CHECK_MSG("loops: D3 order within each loop", 0, "round %d: %llu out of order", round,
+                  (unsigned long long)order);
+    if ((rcs || eos) && bad++ < 5)
+        CHECK_MSG("loops: every run returned 0, end of stream once per loop still there", 0,
+                  "round %d: %d runs failed, %d loops with the wrong end of stream", round, rcs,
+                  eos);
+    for (int i = 0; i < NLOOPS; i++) {
         eventq_source_free(src[i]);
         eventq_loop_free(lt[i].lp);
     }
     eventq_chan_free(ch);
+    return bad;
+}
+
+static void test_loops_one_channel(void)
+{
+    int bad = 0, left = 0;
+    for (int i = 0; i < LOOP_ROUNDS && bad == 0; i++) {
+        alarm(CHECK_WATCHDOG_SECONDS); /* per round: a hang fails the test */
+        bad += loops_round(i, &left);
+    }
+    CHECK_MSG("loops: four loops share a channel, one leaving mid-stream, over rounds", bad == 0,
+              "%d failures", bad);
+    printf("# %d rounds of %d loops, a loop left mid-stream in %d\n", LOOP_ROUNDS, NLOOPS, left);
 }
 
 /* ---- exact budgets on a pre-filled channel ---- */
@@ -687,7 +737,7 @@ int main(void)
     check_init();
     test_producers_run();
     test_producers_budget();
-    test_two_loops_one_channel();
+    test_loops_one_channel();
     test_loop_thread_main_produces();
     test_budget_exact();
     test_close_with_queued();

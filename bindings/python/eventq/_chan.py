@@ -81,7 +81,7 @@ class Stats:
     pending_bytes: int  #: bytes queued now
     dropped: int  #: messages discarded when the last handle was freed
     peak_depth: int  #: most messages ever queued at once
-    recv_doorbell_rings: int  #: receive-fd raises (empty-to-non-empty transitions, close)
+    recv_doorbell_rings: int  #: receive-fd writes (empty-to-non-empty transitions, close, end-of-stream reports)
     send_doorbell_rings: int  #: send-fd raises (creation, drains to low water, close)
     closed: bool  #: the channel is closed
 
