@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
-use crate::chan::{Chan, Wait};
+use crate::chan::{Chan, EachEnd};
 use crate::error::{Error, Result};
 use crate::memcg::{MemEvent, Watch};
 use crate::source::Source;
@@ -297,9 +297,10 @@ struct Inner {
     /// dispatch learns with one atomic load per message whether it must
     /// look at the table (under its lock) before the next callback.
     disables: AtomicU64,
-    /// Channel sources' receive buffer, grown to the largest message seen.
-    /// Only the running thread dispatches and it takes the buffer out for
-    /// the duration, so the lock is never contended.
+    /// Channel sources' spare buffer: a long message is received by
+    /// swapping its slot's buffer with this one (`Chan::recv_each`), so it
+    /// is never copied. Only the running thread dispatches and it takes the
+    /// buffer out for the duration, so the lock is never contended.
     scratch: Mutex<Vec<u8>>,
 }
 
@@ -903,47 +904,57 @@ impl Loop {
         };
         tab.running = Some(id);
         drop(tab);
-        let mut buf = std::mem::take(&mut *self.inner.scratch.lock());
+        let mut spare = std::mem::take(&mut *self.inner.scratch.lock());
         let mut disables = self.inner.disables.load(Ordering::Acquire);
         let mut calls = 0;
         let mut result = Ok(());
-        while calls < budget {
-            match chan.recv_into(&mut buf, Wait::Never) {
-                Ok(n) => {
-                    calls += 1;
-                    result = self.call(&mut cb, id, Event::Message(&buf[..n]));
+        // One catch_unwind for the whole batch rather than one per message
+        // (`call`): passing each message through its closure cost a
+        // store-forwarding stall per call in a profile. A panic leaves the
+        // channel consistent: `recv_each` delivers a message only after it
+        // is out of the ring.
+        let each = catch_unwind(AssertUnwindSafe(|| {
+            chan.recv_each(&mut spare, budget, |msg| {
+                calls += 1;
+                // Moved only on failure: copying the whole result after
+                // every call showed in the profile too.
+                if let Err(e) = cb(self, id, Event::Message(msg)) {
+                    result = Err(e);
+                    return false;
                 }
-                Err(Error::BufferTooSmall { needed }) => {
-                    buf.resize(needed, 0);
-                    continue;
+                if self.stopped(since) {
+                    return false;
                 }
-                Err(Error::Closed) => {
-                    calls += 1;
-                    result = self.call(&mut cb, id, Event::Closed);
-                    if let Some(entry) = self.inner.table.lock().get_mut(id) {
-                        if let Kind::Chan { eos, .. } = &mut entry.kind {
-                            *eos = true;
-                        }
-                        let _ = self.apply_enabled(entry, id, false);
+                // A callback may have removed or disabled this source (or
+                // another thread did): only then is the table worth a look.
+                let now = self.inner.disables.load(Ordering::Acquire);
+                if now != disables {
+                    disables = now;
+                    if !self.is_live(id) {
+                        return false;
                     }
-                    break;
                 }
-                Err(_) => break,
+                true
+            })
+        }));
+        let end = match each {
+            Ok((_, end)) => end,
+            Err(_) => {
+                result = Err(panicked());
+                EachEnd::More
             }
-            if result.is_err() || self.stopped(since) {
-                break;
-            }
-            // A callback may have removed or disabled this source (or
-            // another thread did): only then is the table worth a look.
-            let now = self.inner.disables.load(Ordering::Acquire);
-            if now != disables {
-                disables = now;
-                if !self.is_live(id) {
-                    break;
+        };
+        if end == EachEnd::Closed && calls < budget {
+            calls += 1;
+            result = self.call(&mut cb, id, Event::Closed);
+            if let Some(entry) = self.inner.table.lock().get_mut(id) {
+                if let Kind::Chan { eos, .. } = &mut entry.kind {
+                    *eos = true;
                 }
+                let _ = self.apply_enabled(entry, id, false);
             }
         }
-        *self.inner.scratch.lock() = buf;
+        *self.inner.scratch.lock() = spare;
         self.finish(id, cb, result);
         calls
     }
@@ -958,11 +969,7 @@ impl Loop {
 
     /// Runs a callback; a panic counts as a failure with `ENOTRECOVERABLE`.
     fn call(&self, cb: &mut Callback, id: SourceId, event: Event<'_>) -> Result<()> {
-        catch_unwind(AssertUnwindSafe(|| cb(self, id, event))).unwrap_or_else(|_| {
-            Err(Error::Os(std::io::Error::from_raw_os_error(
-                libc::ENOTRECOVERABLE,
-            )))
-        })
+        catch_unwind(AssertUnwindSafe(|| cb(self, id, event))).unwrap_or_else(|_| Err(panicked()))
     }
 
     /// Puts a callback back after it ran, or drops it (unlocked) if its
@@ -1074,6 +1081,11 @@ impl LoopHandle {
             inner.stop();
         }
     }
+}
+
+/// What a panicking callback counts as.
+fn panicked() -> Error {
+    Error::Os(std::io::Error::from_raw_os_error(libc::ENOTRECOVERABLE))
 }
 
 fn check_events(events: u32) -> Result<()> {
