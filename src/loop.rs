@@ -280,6 +280,9 @@ impl Table {
 
 struct Inner {
     epoll: Epoll,
+    /// The table's tag, kept here too so an iteration reads it without the
+    /// table lock (it never changes).
+    tag: u64,
     table: Mutex<Table>,
     /// Signalled when a callback returns, for removers on other threads.
     callback_done: Condvar,
@@ -301,7 +304,7 @@ struct Inner {
     /// swapping its slot's buffer with this one (`Chan::recv_each`), so it
     /// is never copied. Only the running thread dispatches and it takes the
     /// buffer out for the duration, so the lock is never contended.
-    scratch: Mutex<Vec<u8>>,
+    spare: Mutex<Vec<u8>>,
 }
 
 /// An event loop. `Send + Sync`: sources can be added, changed and removed
@@ -379,10 +382,12 @@ impl Loop {
         let epoll = Epoll::new()?;
         let wake = EventFd::new()?;
         epoll.add(wake.as_raw_fd(), events::IN, WAKE_KEY)?;
+        let tag = NEXT_LOOP_TAG.fetch_add(1, Ordering::Relaxed);
         let inner = Arc::new(Inner {
             epoll,
+            tag,
             table: Mutex::new(Table {
-                tag: NEXT_LOOP_TAG.fetch_add(1, Ordering::Relaxed),
+                tag,
                 slots: Vec::new(),
                 free: Vec::new(),
                 fds: HashSet::new(),
@@ -396,7 +401,7 @@ impl Loop {
             stop: AtomicBool::new(false),
             stops: AtomicU64::new(0),
             disables: AtomicU64::new(0),
-            scratch: Mutex::new(Vec::new()),
+            spare: Mutex::new(Vec::new()),
         });
         Ok(Loop { inner })
     }
@@ -742,7 +747,7 @@ impl Loop {
                 self.inner.settle_wake();
                 return Ok(());
             }
-            self.iterate(None, since)?;
+            self.iterate(None, since, true)?;
         }
     }
 
@@ -753,7 +758,7 @@ impl Loop {
     pub fn run_once(&self, timeout: Option<Duration>) -> Result<usize> {
         let _running = self.enter()?;
         let since = self.inner.stops.load(Ordering::Acquire);
-        self.iterate(timeout, since)
+        self.iterate(timeout, since, false)
     }
 
     /// Whether `stop` was called since `stops` read `since`.
@@ -761,7 +766,10 @@ impl Loop {
         self.inner.stops.load(Ordering::Acquire) != since
     }
 
-    fn iterate(&self, timeout: Option<Duration>, since: u64) -> Result<usize> {
+    /// `lone`: a lone channel source may go past its budget (see
+    /// `dispatch_chan`); only `run`, not `run_once`, whose caller counts on
+    /// the budget per call.
+    fn iterate(&self, timeout: Option<Duration>, since: u64, lone: bool) -> Result<usize> {
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; BATCH];
         // A signal interrupting the wait is not an event: wait again for
         // what is left of the timeout, so EINTR never ends an iteration.
@@ -778,7 +786,7 @@ impl Loop {
             }
         };
         let mut calls = 0;
-        let loop_tag = self.inner.table.lock().tag;
+        let loop_tag = self.inner.tag;
         for (i, ev) in events[..n].iter().enumerate() {
             if self.stopped(since) {
                 self.rearm_skipped(&events[i..n], loop_tag);
@@ -789,7 +797,7 @@ impl Loop {
             calls += if key == WAKE_KEY {
                 self.run_posts(since)
             } else {
-                self.dispatch(SourceId { key, loop_tag }, revents, since)
+                self.dispatch(SourceId { key, loop_tag }, revents, since, lone)
             };
         }
         Ok(calls)
@@ -821,7 +829,7 @@ impl Loop {
     }
 
     /// Runs one source's callbacks for one event; returns how many ran.
-    fn dispatch(&self, id: SourceId, revents: u32, since: u64) -> usize {
+    fn dispatch(&self, id: SourceId, revents: u32, since: u64, lone: bool) -> usize {
         let mut tab = self.inner.table.lock();
         let Some(entry) = tab.get_mut(id) else {
             return 0; // removed since the wait
@@ -837,7 +845,7 @@ impl Loop {
                     return 0;
                 }
                 let (chan, budget) = (chan.clone(), entry.budget);
-                return self.dispatch_chan(tab, id, &chan, budget, since);
+                return self.dispatch_chan(tab, id, &chan, budget, since, lone);
             }
             Kind::Fd(_) => {
                 if entry.events & events::ONESHOT != 0 {
@@ -890,7 +898,9 @@ impl Loop {
 
     /// Delivers up to `budget` messages, one callback each, stopping early
     /// if the source is removed or disabled by a callback, or the loop is
-    /// stopped: a message is taken only to be delivered.
+    /// stopped: a message is taken only to be delivered. With `lone`, while
+    /// this is the loop's only source and no post is pending, another budget
+    /// follows without an `epoll_wait` (it would find only this source).
     fn dispatch_chan(
         &self,
         mut tab: MutexGuard<'_, Table>,
@@ -898,53 +908,64 @@ impl Loop {
         chan: &Chan,
         budget: usize,
         since: u64,
+        lone: bool,
     ) -> usize {
         let Some(mut cb) = tab.get_mut(id).and_then(|e| e.callback.take()) else {
             return 0;
         };
         tab.running = Some(id);
         drop(tab);
-        let mut spare = std::mem::take(&mut *self.inner.scratch.lock());
+        let mut spare = std::mem::take(&mut *self.inner.spare.lock());
         let mut disables = self.inner.disables.load(Ordering::Acquire);
         let mut calls = 0;
         let mut result = Ok(());
-        // One catch_unwind for the whole batch rather than one per message
-        // (`call`): passing each message through its closure cost a
-        // store-forwarding stall per call in a profile. A panic leaves the
-        // channel consistent: `recv_each` delivers a message only after it
-        // is out of the ring.
-        let each = catch_unwind(AssertUnwindSafe(|| {
-            chan.recv_each(&mut spare, budget, |msg| {
-                calls += 1;
-                // Moved only on failure: copying the whole result after
-                // every call showed in the profile too.
-                if let Err(e) = cb(self, id, Event::Message(msg)) {
-                    result = Err(e);
-                    return false;
-                }
-                if self.stopped(since) {
-                    return false;
-                }
-                // A callback may have removed or disabled this source (or
-                // another thread did): only then is the table worth a look.
-                let now = self.inner.disables.load(Ordering::Acquire);
-                if now != disables {
-                    disables = now;
-                    if !self.is_live(id) {
-                        return false;
+        // Set when the dispatch itself ends the batch (failure, stop,
+        // removal), as opposed to the budget or the queue ending it.
+        let mut cut = false;
+        let end = loop {
+            // One catch_unwind for the whole batch rather than one per
+            // message (`call`): passing each message through its closure
+            // cost a store-forwarding stall per call in a profile. A panic
+            // leaves the channel consistent: `recv_each` delivers a message
+            // only after it is out of the ring.
+            let each = catch_unwind(AssertUnwindSafe(|| {
+                chan.recv_each(&mut spare, budget, |msg| {
+                    calls += 1;
+                    // Moved only on failure: copying the whole result after
+                    // every call showed in the profile too.
+                    if let Err(e) = cb(self, id, Event::Message(msg)) {
+                        result = Err(e);
+                        cut = true;
+                    } else if self.stopped(since) {
+                        cut = true;
+                    } else {
+                        // A callback may have removed or disabled this source
+                        // (or another thread did): only then is the table
+                        // worth a look.
+                        let now = self.inner.disables.load(Ordering::Acquire);
+                        if now != disables {
+                            disables = now;
+                            cut = !self.is_live(id);
+                        }
                     }
+                    !cut
+                })
+            }));
+            let end = match each {
+                Ok((_, end)) => end,
+                Err(_) => {
+                    result = Err(panicked());
+                    break EachEnd::More;
                 }
-                true
-            })
-        }));
-        let end = match each {
-            Ok((_, end)) => end,
-            Err(_) => {
-                result = Err(panicked());
-                EachEnd::More
+            };
+            // The budget ran out with messages left. With other sources (or
+            // posts) they wait for the next `epoll_wait`; a `run` whose only
+            // source this is goes on without one.
+            if end != EachEnd::More || cut || !lone || self.stopped(since) || !self.alone() {
+                break end;
             }
         };
-        if end == EachEnd::Closed && calls < budget {
+        if end == EachEnd::Closed {
             calls += 1;
             result = self.call(&mut cb, id, Event::Closed);
             if let Some(entry) = self.inner.table.lock().get_mut(id) {
@@ -954,9 +975,17 @@ impl Loop {
                 let _ = self.apply_enabled(entry, id, false);
             }
         }
-        *self.inner.scratch.lock() = spare;
+        *self.inner.spare.lock() = spare;
         self.finish(id, cb, result);
         calls
+    }
+
+    /// Whether the loop has one source and no pending post: then no other
+    /// work can be ready, and a busy channel source needs no `epoll_wait`
+    /// between two budgets (a stop is checked after every callback).
+    fn alone(&self) -> bool {
+        let tab = self.inner.table.lock();
+        tab.slots.len() - tab.free.len() == 1 && self.inner.posts.lock().is_empty()
     }
 
     fn is_live(&self, id: SourceId) -> bool {

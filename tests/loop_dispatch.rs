@@ -1142,3 +1142,77 @@ fn long_messages_arrive_whole_through_the_loop_over_many_laps() {
     }
     assert_eq!(*got.lock(), want);
 }
+
+/// `run` with one busy channel source goes from budget to budget without an
+/// `epoll_wait`, but only while nothing else could be ready: a post, a new
+/// source and a stop, each made by a callback while thousands of messages
+/// are still queued, take effect within two budgets (the one running, and
+/// the one that may come first in the next epoll batch). Alone again, the
+/// source drains the rest in one run, past its budget, and ends the stream.
+#[test]
+fn a_lone_busy_channel_source_yields_to_posts_new_sources_and_stop() {
+    const QUEUED: usize = 5_000;
+    const BUDGET: usize = 16;
+    const AT: usize = 100;
+    let lp = Loop::new().unwrap();
+    let chan = Chan::new(Options::new(QUEUED)).unwrap();
+    for i in 0..QUEUED as u32 {
+        chan.send(&i.to_le_bytes(), Wait::Never).unwrap();
+    }
+    let seen = counter();
+    let post_at = Arc::new(AtomicUsize::new(usize::MAX));
+    let fd_at = Arc::new(AtomicUsize::new(usize::MAX));
+    let (r, w) = pipe();
+    write_byte(&w);
+    let rfd = r.as_raw_fd();
+    let (s, p, f) = (seen.clone(), post_at.clone(), fd_at.clone());
+    let id = lp
+        .add_chan(&chan, move |lp, _, ev| {
+            let m = match ev {
+                Event::Message(m) => m,
+                Event::Closed => {
+                    lp.stop();
+                    return Ok(());
+                }
+                _ => panic!("{ev:?}"),
+            };
+            let n = s.fetch_add(1, SeqCst) + 1;
+            assert_eq!(u32::from_le_bytes(m.try_into().unwrap()) as usize, n - 1);
+            if n == AT {
+                let (s, p) = (s.clone(), p.clone());
+                lp.post(move |_| p.store(s.load(SeqCst), SeqCst)).unwrap();
+            } else if n == 4 * AT {
+                let (s, f) = (s.clone(), f.clone());
+                lp.add_fd(rfd, IN, move |lp, id, _| {
+                    f.store(s.load(SeqCst), SeqCst);
+                    lp.remove(id)
+                })
+                .unwrap();
+            } else if n == 8 * AT {
+                lp.stop();
+            }
+            Ok(())
+        })
+        .unwrap();
+    lp.set_budget(id, BUDGET).unwrap();
+    lp.run().unwrap();
+    let post_at = post_at.load(SeqCst);
+    assert!(
+        (AT..=AT + 2 * BUDGET).contains(&post_at),
+        "the post ran after message {post_at}"
+    );
+    let fd_at = fd_at.load(SeqCst);
+    assert!(
+        (4 * AT..=4 * AT + 2 * BUDGET).contains(&fd_at),
+        "the new source ran after message {fd_at}"
+    );
+    assert_eq!(seen.load(SeqCst), 8 * AT, "the stop ends the dispatch");
+    chan.close();
+    lp.run().unwrap();
+    assert_eq!(seen.load(SeqCst), QUEUED);
+    assert_eq!(
+        lp.run_once(Some(Duration::ZERO)).unwrap(),
+        0,
+        "disabled at end of stream"
+    );
+}
