@@ -679,7 +679,10 @@ impl Loop {
     }
 
     /// Sets how many messages a channel source delivers per iteration (at
-    /// least 1).
+    /// least 1): after that many, the other ready sources and posts have
+    /// their turn. The only source of a loop driven by `run` has none to give
+    /// a turn to and goes on without an `epoll_wait`; `run_once` always
+    /// stops at the budget.
     pub fn set_budget(&self, id: SourceId, budget: usize) -> Result<()> {
         if budget == 0 {
             return Err(Error::Invalid("budget must be at least 1"));
