@@ -17,7 +17,8 @@
 //!    since the wait, else run its callback: once for an fd, once with the
 //!    expiration count for a timer, once per signal, once per message up to
 //!    the source's budget for a channel (the rest stay readable and come back
-//!    next iteration, so a busy channel cannot starve the others);
+//!    next iteration, so a busy channel cannot starve the others; the only
+//!    source of a loop under `run` goes on, having no one to yield to);
 //! 3. posts run when the loop's wake eventfd comes up in the batch, in the
 //!    order posted, at most 64 per iteration.
 //!
@@ -987,8 +988,12 @@ impl Loop {
     /// work can be ready, and a busy channel source needs no `epoll_wait`
     /// between two budgets (a stop is checked after every callback).
     fn alone(&self) -> bool {
-        let tab = self.inner.table.lock();
-        tab.slots.len() - tab.free.len() == 1 && self.inner.posts.lock().is_empty()
+        let sources = {
+            let tab = self.inner.table.lock();
+            tab.slots.len() - tab.free.len()
+        };
+        // One lock at a time: nothing else nests these two.
+        sources == 1 && self.inner.posts.lock().is_empty()
     }
 
     fn is_live(&self, id: SourceId) -> bool {
