@@ -862,8 +862,8 @@ int eventq_loop_add_timer(const struct eventq_loop *lp,
  *
  * Several loops may consume one channel: the source registers the fd with
  * EPOLLEXCLUSIVE, so a message wakes one loop, not all; a loop that stops
- * with messages left (budget spent, source disabled or removed) wakes
- * another, and end of stream reaches every loop (D4).
+ * with messages left (budget spent, loop stopped, source disabled or
+ * removed) wakes another, and end of stream reaches every loop (D4).
  *
  * Returns 0; -EINVAL for a NULL loop, chan or cb; -EEXIST if this loop
  * already has a source for the channel.
@@ -956,7 +956,10 @@ int eventq_source_set_timer(const struct eventq_source *src,
 
 /**
  * Sets how many messages a channel source delivers per loop iteration (at
- * least 1; default EVENTQ_DEFAULT_BUDGET).
+ * least 1; default EVENTQ_DEFAULT_BUDGET): after that many, the other ready
+ * sources and posts have their turn. A loop whose only source this is,
+ * run by `eventq_loop_run`, has none to give a turn to and goes on without
+ * waiting on epoll; `eventq_loop_run_once` always stops at the budget.
  *
  * Returns 0; -ESTALE if removed; -EINVAL for NULL, 0, or a source that is
  * not a channel source.

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use self::ring::{
     position, Claimed, Payload, Pop, PushError, Ring, HEAD_SEND_LOWERED, HEAD_SEND_WAITERS,
-    TAIL_CLOSED, TAIL_RECV_RAISED, TAIL_RECV_WAITERS,
+    INLINE_MAX, TAIL_CLOSED, TAIL_RECV_RAISED, TAIL_RECV_WAITERS,
 };
 use crate::error::{Error, Result};
 use crate::sync::{
@@ -619,6 +619,67 @@ impl Chan {
         Ok(popped.n)
     }
 
+    /// The loop's receive: takes messages one at a time, without waiting,
+    /// and hands each to `deliver` once it is out of the ring and its
+    /// doorbell work is done, until `deliver` returns false, `max` were
+    /// delivered, the queue is empty or the stream ended. A message is taken
+    /// only when the previous call asked for more, so nothing is taken that
+    /// is not delivered. Short messages are delivered from a copy on the
+    /// stack; a long one by swapping the slot's buffer with `spare`, so no
+    /// message is copied here (the slot keeps `spare`'s memory for its next
+    /// message). Returns the count delivered and why it stopped.
+    pub(crate) fn recv_each(
+        &self,
+        spare: &mut Vec<u8>,
+        max: usize,
+        mut deliver: impl FnMut(&[u8]) -> bool,
+    ) -> (usize, EachEnd) {
+        let sh = &*self.shared;
+        let mut n = 0;
+        while n < max {
+            let mut inline = [0u8; INLINE_MAX];
+            let mut take = |m: Payload<'_>| match m {
+                Payload::Inline(b) => {
+                    inline[..b.len()].copy_from_slice(b);
+                    false
+                }
+                Payload::Heap(v) => {
+                    std::mem::swap(v, spare);
+                    true
+                }
+            };
+            let c = match sh.ring.pop(|_| true, &mut take) {
+                Pop::Took(c) => c,
+                Pop::Empty(tail) if tail & TAIL_CLOSED != 0 => {
+                    // Passed on to the next exclusive waiter, as
+                    // `pop_waiting` does.
+                    sh.sync_recv(Edge::Owed);
+                    return (n, EachEnd::Closed);
+                }
+                // As a refused `recv_into`: the fd is lowered before giving up.
+                Pop::Empty(tail)
+                    if tail & TAIL_RECV_RAISED != 0 && sh.sync_recv(Edge::IfChanged) =>
+                {
+                    continue
+                }
+                Pop::Empty(_) | Pop::TooLong(_) => return (n, EachEnd::Empty),
+            };
+            let mut popped = Popped::default();
+            popped.add(&c);
+            sh.after_pop(&popped);
+            n += 1;
+            let msg = if c.value {
+                &spare[..c.len]
+            } else {
+                &inline[..c.len]
+            };
+            if !deliver(msg) {
+                break;
+            }
+        }
+        (n, EachEnd::More)
+    }
+
     /// Closes the channel (D6): sends fail with `Error::Closed` from now on;
     /// queued messages stay receivable; both fds become and stay readable and
     /// every blocked thread wakes. Returns false if it was already closed.
@@ -685,8 +746,8 @@ impl Chan {
 
 /// A loop's channel source. Loops register the receive fd with
 /// EPOLLEXCLUSIVE, so one write wakes one of them; a loop that stops taking
-/// while messages remain (its budget spent, the source disabled or removed)
-/// passes the wake on, if another loop consumes the channel.
+/// while messages remain (its budget spent, the loop stopped, the source
+/// disabled or removed) passes the wake on, if another loop consumes the channel.
 pub(crate) struct LoopConsumer(Chan);
 
 impl Chan {
@@ -716,6 +777,17 @@ impl Drop for LoopConsumer {
             self.0.shared.pass_on_pending();
         }
     }
+}
+
+/// Why [`Chan::recv_each`] returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EachEnd {
+    /// Its caller asked to stop, or took its fill: messages may remain.
+    More,
+    /// The queue is empty and open.
+    Empty,
+    /// The channel is closed and drained: end of stream.
+    Closed,
 }
 
 /// Copies a received message to the front of `buf` (which the caller

@@ -1064,3 +1064,155 @@ fn stale_ids_and_wrong_kinds() {
     assert!(matches!(lp.set_budget(c, 2), Err(Error::Stale)));
     assert_eq!(Error::Stale.errno(), libc::ESTALE);
 }
+
+#[test]
+fn a_panic_mid_batch_takes_no_further_message() {
+    let lp = Loop::new().unwrap();
+    let chan = Chan::new(Options::new(16)).unwrap();
+    for i in 0u8..6 {
+        chan.send(&[i], Wait::Never).unwrap();
+    }
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let id = lp
+        .add_chan(&chan, move |_, _, ev| {
+            let Event::Message(m) = ev else {
+                panic!("{ev:?}")
+            };
+            s.lock().push(m[0]);
+            if m[0] == 2 {
+                panic!("a callback panics (expected by this test)");
+            }
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(lp.run_once(Some(Duration::ZERO)).unwrap(), 3);
+    assert_eq!(lp.source_error(id).unwrap(), libc::ENOTRECOVERABLE);
+    assert_eq!(*seen.lock(), [0, 1, 2]);
+    // The rest stayed in the channel, in order.
+    let mut buf = [0u8; 1];
+    for i in 3u8..6 {
+        assert_eq!(chan.recv_into(&mut buf, Wait::Never).unwrap(), 1);
+        assert_eq!(buf[0], i);
+    }
+    assert_eq!(lp.run_once(Some(Duration::ZERO)).unwrap(), 0);
+}
+
+/// Messages past the slot's inline size reach the callback by swapping the
+/// slot's buffer with the loop's spare one: over several laps of a small
+/// ring, with lengths that grow and shrink and other receivers taking some
+/// (`recv` takes the slot's buffer, `recv_into` copies), each arrives whole.
+#[test]
+fn long_messages_arrive_whole_through_the_loop_over_many_laps() {
+    let lp = Loop::new().unwrap();
+    let chan = Chan::new(Options::new(4)).unwrap();
+    let msg = |i: usize| -> Vec<u8> {
+        let len = [49, 4000, 64, 1024, 0, 200, 48, 7000][i % 8] + i % 3;
+        (0..len).map(|k| (k * 31 + i) as u8).collect()
+    };
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let g = got.clone();
+    lp.add_chan(&chan, move |_, _, ev| {
+        if let Event::Message(m) = ev {
+            g.lock().push(m.to_vec());
+        }
+        Ok(())
+    })
+    .unwrap();
+    let mut want = Vec::new();
+    let mut buf = vec![0u8; 8192];
+    for i in 0..200 {
+        for j in 0..3 {
+            let m = msg(3 * i + j);
+            chan.send(&m, Wait::Never).unwrap();
+            want.push(m);
+        }
+        match i % 3 {
+            0 => {
+                let n = chan.recv_into(&mut buf, Wait::Never).unwrap();
+                got.lock().push(buf[..n].to_vec());
+            }
+            1 => {
+                let m = chan.recv(Wait::Never).unwrap();
+                got.lock().push(m);
+            }
+            _ => {}
+        }
+        lp.run_once(Some(Duration::ZERO)).unwrap();
+    }
+    assert_eq!(*got.lock(), want);
+}
+
+/// `run` with one busy channel source goes from budget to budget without an
+/// `epoll_wait`, but only while nothing else could be ready: a post, a new
+/// source and a stop, each made by a callback while thousands of messages
+/// are still queued, take effect within two budgets (the one running, and
+/// the one that may come first in the next epoll batch). Alone again, the
+/// source drains the rest in one run, past its budget, and ends the stream.
+#[test]
+fn a_lone_busy_channel_source_yields_to_posts_new_sources_and_stop() {
+    const QUEUED: usize = 5_000;
+    const BUDGET: usize = 16;
+    const AT: usize = 100;
+    let lp = Loop::new().unwrap();
+    let chan = Chan::new(Options::new(QUEUED)).unwrap();
+    for i in 0..QUEUED as u32 {
+        chan.send(&i.to_le_bytes(), Wait::Never).unwrap();
+    }
+    let seen = counter();
+    let post_at = Arc::new(AtomicUsize::new(usize::MAX));
+    let fd_at = Arc::new(AtomicUsize::new(usize::MAX));
+    let (r, w) = pipe();
+    write_byte(&w);
+    let rfd = r.as_raw_fd();
+    let (s, p, f) = (seen.clone(), post_at.clone(), fd_at.clone());
+    let id = lp
+        .add_chan(&chan, move |lp, _, ev| {
+            let m = match ev {
+                Event::Message(m) => m,
+                Event::Closed => {
+                    lp.stop();
+                    return Ok(());
+                }
+                _ => panic!("{ev:?}"),
+            };
+            let n = s.fetch_add(1, SeqCst) + 1;
+            assert_eq!(u32::from_le_bytes(m.try_into().unwrap()) as usize, n - 1);
+            if n == AT {
+                let (s, p) = (s.clone(), p.clone());
+                lp.post(move |_| p.store(s.load(SeqCst), SeqCst)).unwrap();
+            } else if n == 4 * AT {
+                let (s, f) = (s.clone(), f.clone());
+                lp.add_fd(rfd, IN, move |lp, id, _| {
+                    f.store(s.load(SeqCst), SeqCst);
+                    lp.remove(id)
+                })
+                .unwrap();
+            } else if n == 8 * AT {
+                lp.stop();
+            }
+            Ok(())
+        })
+        .unwrap();
+    lp.set_budget(id, BUDGET).unwrap();
+    lp.run().unwrap();
+    let post_at = post_at.load(SeqCst);
+    assert!(
+        (AT..=AT + 2 * BUDGET).contains(&post_at),
+        "the post ran after message {post_at}"
+    );
+    let fd_at = fd_at.load(SeqCst);
+    assert!(
+        (4 * AT..=4 * AT + 2 * BUDGET).contains(&fd_at),
+        "the new source ran after message {fd_at}"
+    );
+    assert_eq!(seen.load(SeqCst), 8 * AT, "the stop ends the dispatch");
+    chan.close();
+    lp.run().unwrap();
+    assert_eq!(seen.load(SeqCst), QUEUED);
+    assert_eq!(
+        lp.run_once(Some(Duration::ZERO)).unwrap(),
+        0,
+        "disabled at end of stream"
+    );
+}

@@ -789,7 +789,10 @@ func (s *Source) SetTimer(first, interval time.Duration) error {
 }
 
 // SetBudget sets how many messages a channel source delivers per loop
-// iteration (at least 1; default 10).
+// iteration (at least 1; default 256): after that many, the other ready
+// sources and posts have their turn. The only source of a loop driven by
+// Run has none to give a turn to and goes on without waiting on epoll;
+// RunOnce always stops at the budget.
 func (s *Source) SetBudget(n int) error {
 	if n < 1 {
 		return syscall.EINVAL

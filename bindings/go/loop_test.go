@@ -5,6 +5,7 @@ package eventq_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"os"
 	"sync"
@@ -100,6 +101,62 @@ func TestLoopChanSource(t *testing.T) {
 		t.Fatalf("second Remove: %v", err)
 	}
 	totalMessages.Add(producers * per)
+}
+
+// Run with one busy channel source goes from budget to budget without
+// waiting on epoll, but a post or a stop made by its callback with thousands
+// of messages still queued takes effect within two budgets; alone again,
+// the source drains the rest in one Run.
+func TestLoopLoneBusyChanSource(t *testing.T) {
+	checkHandles(t)
+	const queued, budget, at = 5000, 16, 100
+	lp := newLoop(t)
+	c := newChan(t, eventq.WithCapacity(queued))
+	for i := 0; i < queued; i++ {
+		if err := c.TrySend(binary.LittleEndian.AppendUint32(nil, uint32(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msgs, eofs, postAt := 0, 0, -1 // touched by the loop goroutine only
+	src, err := lp.AddChan(c, func(s *eventq.Source, msg []byte, eof bool) error {
+		if eof {
+			eofs++
+			return lp.Stop()
+		}
+		if got := int(binary.LittleEndian.Uint32(msg)); got != msgs {
+			t.Errorf("message %d where %d was due", got, msgs)
+		}
+		msgs++
+		switch msgs {
+		case at:
+			return lp.Post(func() { postAt = msgs })
+		case 4 * at:
+			return lp.Stop()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := src.SetBudget(budget); err != nil {
+		t.Fatal(err)
+	}
+	if err := lp.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if postAt < at || postAt > at+2*budget {
+		t.Fatalf("the post ran after message %d", postAt)
+	}
+	if msgs != 4*at {
+		t.Fatalf("the stop ended the dispatch after %d messages", msgs)
+	}
+	c.Close()
+	if err := lp.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if msgs != queued || eofs != 1 {
+		t.Fatalf("%d messages, %d end-of-stream callbacks", msgs, eofs)
+	}
 }
 
 // Posts run on the loop goroutine in the order posted, from any goroutine.

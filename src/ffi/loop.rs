@@ -447,8 +447,8 @@ pub extern "C" fn eventq_loop_add_timer(
 ///
 /// Several loops may consume one channel: the source registers the fd with
 /// EPOLLEXCLUSIVE, so a message wakes one loop, not all; a loop that stops
-/// with messages left (budget spent, source disabled or removed) wakes
-/// another, and end of stream reaches every loop (D4).
+/// with messages left (budget spent, loop stopped, source disabled or
+/// removed) wakes another, and end of stream reaches every loop (D4).
 ///
 /// Returns 0; -EINVAL for a NULL loop, chan or cb; -EEXIST if this loop
 /// already has a source for the channel.
@@ -605,7 +605,10 @@ pub extern "C" fn eventq_source_set_timer(
 }
 
 /// Sets how many messages a channel source delivers per loop iteration (at
-/// least 1; default EVENTQ_DEFAULT_BUDGET).
+/// least 1; default EVENTQ_DEFAULT_BUDGET): after that many, the other ready
+/// sources and posts have their turn. A loop whose only source this is,
+/// run by `eventq_loop_run`, has none to give a turn to and goes on without
+/// waiting on epoll; `eventq_loop_run_once` always stops at the budget.
 ///
 /// Returns 0; -ESTALE if removed; -EINVAL for NULL, 0, or a source that is
 /// not a channel source.

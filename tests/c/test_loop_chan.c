@@ -6,7 +6,8 @@
  * one channel, one leaving mid-stream; the per-iteration budget (eventq_source_set_budget); empty and
  * large messages; end of stream (data NULL) exactly once, then the source is
  * disabled; a negative return disabling the source (eventq_source_error); the
- * source's own reference to the channel.
+ * source's own reference to the channel; a lone busy source under
+ * eventq_loop_run yielding to a post and a stop within two budgets.
  *
  * No sleeps and no timing assertions: every result is the same whatever the
  * interleaving. Readiness is checked only at quiescent points.
@@ -732,6 +733,79 @@ static void test_loop_thread_main_produces(void)
     eventq_chan_free(ch);
 }
 
+/* ---- a lone busy source under eventq_loop_run ---- */
+
+/* eventq_loop_run with one channel source goes from budget to budget without
+ * waiting on epoll while nothing else can be ready; a post or a stop made by
+ * a callback with thousands of messages still queued takes effect within
+ * two budgets (the one running and one more that may come first in the next
+ * epoll batch). */
+enum { LONE_QUEUED = 5000, LONE_BUDGET = 16, LONE_AT = 100 };
+
+struct lone {
+    struct eventq_loop *lp;
+    uint64_t msgs, eos, out_of_order, post_at;
+};
+
+static void lone_post(void *arg)
+{
+    struct lone *l = arg;
+    l->post_at = l->msgs;
+}
+
+static int lone_cb(struct eventq_source *src, const void *data, size_t len, void *ud)
+{
+    struct lone *l = ud;
+    uint32_t v;
+    (void)src;
+    if (data == NULL) {
+        l->eos++;
+        eventq_loop_stop(l->lp);
+        return 0;
+    }
+    memcpy(&v, data, sizeof v);
+    if (len != sizeof v || v != l->msgs)
+        l->out_of_order++;
+    l->msgs++;
+    if (l->msgs == LONE_AT && eventq_loop_post(l->lp, lone_post, l, NULL) != 0)
+        return -EIO;
+    if (l->msgs == 4 * LONE_AT)
+        eventq_loop_stop(l->lp);
+    return 0;
+}
+
+static void test_lone_busy_source(void)
+{
+    struct lone l = { 0 };
+    eventq_chan_opts o;
+    eventq_chan *ch;
+    struct eventq_source *src;
+
+    REQUIRE("loop_new", eventq_loop_new(&l.lp) == 0);
+    eventq_chan_opts_init(&o, sizeof o);
+    o.capacity = LONE_QUEUED;
+    REQUIRE("chan_new", eventq_chan_new(&o, &ch) == 0);
+    send_n(ch, LONE_QUEUED);
+    l.post_at = UINT64_MAX;
+    REQUIRE("add_chan", eventq_loop_add_chan(l.lp, ch, lone_cb, &l, NULL, &src) == 0);
+    CHECK_INT("lone: set_budget(16)", eventq_source_set_budget(src, LONE_BUDGET), 0);
+    CHECK_INT("lone: run", eventq_loop_run(l.lp), 0);
+    CHECK_MSG("lone: the post ran within two budgets",
+              l.post_at >= LONE_AT && l.post_at <= LONE_AT + 2 * LONE_BUDGET,
+              "the post ran after message %llu", (unsigned long long)l.post_at);
+    CHECK_U64("lone: the stop ends the dispatch after its callback", l.msgs, 4 * LONE_AT);
+    CHECK_INT("lone: source still healthy", eventq_source_error(src), 0);
+    eventq_chan_close(ch);
+    CHECK_INT("lone: run to end of stream", eventq_loop_run(l.lp), 0);
+    CHECK_U64("lone: every message, past the budget in one run", l.msgs, LONE_QUEUED);
+    CHECK_U64("lone: in order", l.out_of_order, 0);
+    CHECK_U64("lone: end of stream once", l.eos, 1);
+    CHECK_INT("lone: then nothing", eventq_loop_run_once(l.lp, 0), 0);
+    eventq_source_free(src);
+    eventq_loop_free(l.lp);
+    eventq_chan_free(ch);
+}
+
 int main(void)
 {
     check_init();
@@ -744,5 +818,6 @@ int main(void)
     test_empty_and_large();
     test_negative_return();
     test_source_holds_channel();
+    test_lone_busy_source();
     return check_done();
 }
