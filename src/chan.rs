@@ -659,6 +659,14 @@ impl Chan {
         self.shared.send_bell().expect("the model's eventfd");
     }
 
+    /// Under loom: what an edge-triggered waiter registering the send fd
+    /// now has seen: its writes so far and whether it is raised (an event
+    /// at registration). The send doorbell must have been opened.
+    #[cfg(loom)]
+    pub fn send_fd_registered(&self) -> (u64, bool) {
+        self.shared.opened_send_bell().registered()
+    }
+
     /// Under loom: whether the receive and send doorbells are raised (the
     /// model's "readable"); the send doorbell must have been opened.
     #[cfg(loom)]
@@ -741,7 +749,8 @@ impl Shared {
         let bell = match self.send_bell.get() {
             Some(bell) => Ok(bell),
             None => EventFd::new().map(|bell| {
-                if self.ring.head.load(Ordering::SeqCst) & HEAD_SEND_LOWERED == 0 {
+                // A read-modify-write reads the latest word, not a stale one.
+                if self.ring.head.fetch_or(0, Ordering::SeqCst) & HEAD_SEND_LOWERED == 0 {
                     bell.raise();
                 }
                 self.send_bell.get_or_init(|| bell)

@@ -288,16 +288,28 @@ mod model {
         /// A transition to raised: the protocol makes one only while the
         /// counter is 0; checked here so loom reports any interleaving that
         /// breaks it.
+        /// The counter moves before the write is counted, so that a
+        /// `registered` that counts the write also sees the counter.
         pub(crate) fn raise(&self) {
-            self.writes.fetch_add(1, Ordering::SeqCst);
             let before = self.counter.fetch_add(1, Ordering::SeqCst);
+            self.writes.fetch_add(1, Ordering::SeqCst);
             assert_eq!(before, 0, "doorbell raised while already raised");
         }
 
         /// An edge for waiters, raised or not.
         pub(crate) fn pulse(&self) {
-            self.writes.fetch_add(1, Ordering::SeqCst);
             self.counter.fetch_add(1, Ordering::SeqCst);
+            self.writes.fetch_add(1, Ordering::SeqCst);
+        }
+
+        /// What an edge-triggered waiter registering the fd now has seen:
+        /// the writes so far, and whether it is raised (which the
+        /// registration reports as an event). Read-modify-writes, which
+        /// read the latest values; the kernel's eventfd changes both at
+        /// once, the model one after the other (see `raise`).
+        pub(crate) fn registered(&self) -> (u64, bool) {
+            let writes = self.writes.fetch_or(0, Ordering::SeqCst);
+            (writes, self.counter.fetch_or(0, Ordering::SeqCst) != 0)
         }
 
         pub(crate) fn lower(&self) {
