@@ -198,7 +198,8 @@ type options struct {
 type Option func(*options)
 
 // WithCapacity sets the most messages queued at once (default 1024; at
-// least 1). The slots are allocated at creation: 96 bytes each.
+// least 1). The slots are allocated at creation, 64 bytes each, and
+// become resident as messages reach them (see Chan).
 func WithCapacity(n int) Option { return func(o *options) { o.capacity = n } }
 
 // WithMaxBytes sets the most bytes queued at once, the sum of the queued

@@ -3,7 +3,8 @@
  * Fault: fork(2) with live channels and loops.
  *
  * A child inherits a copy of every handle's memory but shares the parent's
- * open files: each channel's two eventfds, and a loop's epoll, eventfd,
+ * open files: each channel's eventfds (receive, and send once asked for),
+ * and a loop's epoll, eventfd,
  * timerfd and signalfd. What this tests is the rule proposed for the
  * header:
  *
