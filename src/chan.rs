@@ -37,8 +37,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use self::ring::{
-    position, Claimed, Payload, Pop, PushError, Ring, HEAD_SEND_LOWERED, HEAD_SEND_WAITERS,
-    TAIL_CLOSED, TAIL_RECV_RAISED, TAIL_RECV_WAITERS,
+    no_memory, position, Claimed, Payload, Pop, PushError, Ring, HEAD_SEND_LOWERED,
+    HEAD_SEND_WAITERS, TAIL_CLOSED, TAIL_RECV_RAISED, TAIL_RECV_WAITERS,
 };
 use crate::error::{Error, Result};
 use crate::sync::{
@@ -708,10 +708,6 @@ impl Chan {
         shared.discard_pending();
         Some(shared.stats())
     }
-}
-
-fn no_memory() -> Error {
-    Error::Os(std::io::Error::from_raw_os_error(libc::ENOMEM))
 }
 
 /// Copies a received message to the front of `buf` (which the caller

@@ -398,6 +398,6 @@ impl Ring {
     }
 }
 
-fn no_memory() -> Error {
+pub(super) fn no_memory() -> Error {
     Error::Os(io::Error::from_raw_os_error(libc::ENOMEM))
 }
