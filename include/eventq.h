@@ -53,10 +53,11 @@
 #define EVENTQ_DEFAULT_MAX_MSG_SIZE (1 << 20)
 
 /**
- * The largest capacity accepted. Slots (96 bytes each, plus the reused
- * buffer of each slot that has carried a message over 48 bytes) are
- * allocated by eventq_chan_new, so a capacity is a memory commitment:
- * about 1.5 GiB at this maximum.
+ * The largest capacity accepted. Slots (64 bytes each) are allocated
+ * zeroed by eventq_chan_new, and the first message over 48 bytes
+ * allocates a buffer per slot (32 bytes each, plus the reused buffer of
+ * each slot that has carried such a message): about 1.5 GiB of address
+ * space at this maximum, resident only as messages reach the slots.
  */
 #define EVENTQ_MAX_CAPACITY (1 << 24)
 
@@ -504,7 +505,12 @@ int eventq_chan_opts_init(struct eventq_chan_opts *opts, size_t size);
  * EVENTQ_CHAN_OPTS_SIZE_MIN, a capacity of 0 or above EVENTQ_MAX_CAPACITY,
  * max_msg_size above max_bytes, or low_water not below capacity; -E2BIG
  * when opts sets fields this version does not know; -EMFILE/-ENFILE when
- * no fd is left for its eventfds; -ENOMEM.
+ * no fd is left for its receive eventfd; -ENOMEM.
+ *
+ * Cost: one fd (the receive eventfd; the send eventfd is created by the
+ * first eventq_chan_send_fd) and, while idle, a few KiB of resident
+ * memory whatever the capacity: the slots are allocated zeroed and their
+ * pages become resident only as messages reach them.
  *
  * Thread safety: any thread.
  */
@@ -570,6 +576,12 @@ int eventq_chan_recv_fd(const struct eventq_chan *chan);
  * leaves the queue at or below low water (in messages, and with a byte
  * limit also in bytes: max_bytes/2). Owned by the channel: poll it,
  * never read, write or close it. -EINVAL for NULL.
+ *
+ * The first call (on any handle of the channel) creates the fd, at the
+ * level the channel's state gives it, and every later call returns the
+ * same one: a channel never asked for it has one fd. Only that first call
+ * can fail: -EMFILE, -ENFILE or -ENOMEM when the eventfd cannot be
+ * created, and a later call tries again.
  *
  * Edge-triggered waiters may send until -EAGAIN (or a short batch) and then
  * wait for the next event: after any send refused for lack of room, the fd

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 //! The channel: a bounded multi-producer multi-consumer queue of byte
-//! messages with two doorbell fds.
+//! messages with two doorbell fds, the send one created when first asked
+//! for.
 //!
 //! The queue (what) is a lock-free slot ring (`ring.rs`); the doorbells
 //! (whether) are eventfds changed only on transitions, which is the whole
@@ -32,22 +33,24 @@ use std::fmt;
 #[cfg(not(loom))]
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use self::ring::{
-    position, Claimed, Payload, Pop, PushError, Ring, HEAD_SEND_LOWERED, HEAD_SEND_WAITERS,
-    INLINE_MAX, TAIL_CLOSED, TAIL_RECV_RAISED, TAIL_RECV_WAITERS,
+    no_memory, position, Claimed, Payload, Pop, PushError, Ring, HEAD_SEND_LOWERED,
+    HEAD_SEND_WAITERS, INLINE_MAX, TAIL_CLOSED, TAIL_RECV_RAISED, TAIL_RECV_WAITERS,
 };
 use crate::error::{Error, Result};
 use crate::sync::{
     fence, AtomicBool, AtomicU64, AtomicUsize, Condvar, EventFd, Mutex, MutexGuard, Ordering,
 };
 
-/// The largest capacity a channel accepts. A channel's slots (96 bytes
-/// each, plus the reused buffer of each slot that has carried a message over
-/// 48 bytes) are allocated when it is created, so a capacity is a memory
-/// commitment, not just a bound: about 1.5 GiB at this maximum.
+/// The largest capacity a channel accepts. A channel's slots (64 bytes
+/// each) are allocated zeroed when it is created, and its first message
+/// over 48 bytes allocates a buffer slot (32 bytes each, plus the reused
+/// buffer of each slot that has carried such a message), so a capacity is
+/// an address-space commitment of about 1.5 GiB at this maximum; the slots'
+/// pages become resident only as messages first reach them.
 pub const MAX_CAPACITY: usize = 1 << 24;
 
 /// Maximum message size when the options do not set one.
@@ -202,7 +205,8 @@ pub struct Stats {
     pub recv_doorbell_rings: u64,
     /// Writes to the send eventfd: one at creation, one per drain to the
     /// low-water mark after the queue was full (or refused a send),
-    /// and one at close (D9).
+    /// and one at close (D9). Counted whether or not the fd exists yet (it
+    /// is created when first asked for, at the level the count implies).
     pub send_doorbell_rings: u64,
     /// Whether the channel is closed.
     pub closed: bool,
@@ -247,7 +251,11 @@ struct Shared {
     /// Loop sources taking from this channel (`LoopConsumer`).
     loop_consumers: AtomicUsize,
     recv_bell: EventFd,
-    send_bell: EventFd,
+    /// Created by the first `send_fd`, under `bells`; until then every
+    /// change of the send doorbell only flips `HEAD_SEND_LOWERED`, which
+    /// is what its level is created from. A channel polled only for input
+    /// (most are) costs one fd.
+    send_bell: OnceLock<EventFd>,
     waiting: Mutex<Sleepers>,
     /// Signalled when a message arrives or the channel closes.
     readable: Condvar,
@@ -355,7 +363,10 @@ impl fmt::Debug for Chan {
         f.debug_struct("Chan")
             .field("limits", &self.shared.limits)
             .field("recv_fd", &self.recv_raw_fd())
-            .field("send_fd", &self.send_raw_fd())
+            .field(
+                "send_fd",
+                &self.shared.send_bell.get().map(|b| b.as_raw_fd()),
+            )
             .finish()
     }
 }
@@ -391,21 +402,22 @@ impl Deadline {
 }
 
 impl Chan {
-    /// Creates a channel and its two eventfds. The ring's slots are
-    /// allocated here, so memory is proportional to `capacity`.
+    /// Creates a channel and its receive eventfd (the send one is created
+    /// by the first [`send_fd`](Chan::send_fd)). The ring's slots are
+    /// allocated here, zeroed: address space proportional to `capacity`,
+    /// resident only as messages reach them.
     pub fn new(options: Options) -> Result<Chan> {
         let limits = Limits::from_options(&options)?;
         let ring = Ring::new(limits.capacity)?;
         let recv_bell = EventFd::new()?;
-        let send_bell = EventFd::new()?;
-        // An empty channel has room: the send fd starts readable.
-        send_bell.raise();
         Ok(Chan {
             shared: Arc::new(Shared {
                 ring,
                 limits,
                 bytes: AtomicUsize::new(0),
                 peak_depth: AtomicU64::new(0),
+                // An empty channel has room: the send doorbell starts
+                // raised (`HEAD_SEND_LOWERED` clear), a ring counted now.
                 bells: Mutex::new(Bells {
                     recv_rings: 0,
                     send_rings: 1,
@@ -413,7 +425,7 @@ impl Chan {
                 recv_recheck: AtomicBool::new(false),
                 loop_consumers: AtomicUsize::new(0),
                 recv_bell,
-                send_bell,
+                send_bell: OnceLock::new(),
                 waiting: Mutex::new(Sleepers {
                     receivers: 0,
                     senders: 0,
@@ -442,9 +454,14 @@ impl Chan {
     /// open, readable again once it drains to the low-water mark or closes
     /// (D5). Only poll it; never read or write it. Edge-triggered pollers
     /// may wait for the next event after a refused send (D9).
+    ///
+    /// The first call creates it (every handle then shares it), at the
+    /// level the channel's state gives it; it fails only then, if the
+    /// eventfd cannot be created (EMFILE, ENFILE, ENOMEM), and a later call
+    /// tries again. A channel never asked for it has one fd.
     #[cfg(not(loom))]
-    pub fn send_fd(&self) -> BorrowedFd<'_> {
-        self.shared.send_bell.as_fd()
+    pub fn send_fd(&self) -> Result<BorrowedFd<'_>> {
+        Ok(self.shared.send_bell()?.as_fd())
     }
 
     /// `recv_fd` as a number, for the loop and the C ABI (and the loom
@@ -453,9 +470,10 @@ impl Chan {
         self.shared.recv_bell.as_raw_fd()
     }
 
-    /// `send_fd` as a number.
-    pub(crate) fn send_raw_fd(&self) -> RawFd {
-        self.shared.send_bell.as_raw_fd()
+    /// `send_fd` as a number, created if it is not yet.
+    #[cfg(feature = "capi")]
+    pub(crate) fn send_raw_fd(&self) -> Result<RawFd> {
+        Ok(self.shared.send_bell()?.as_raw_fd())
     }
 
     /// The longest message a send accepts.
@@ -502,6 +520,7 @@ impl Chan {
                     break;
                 }
                 Err(PushError::Closed) => return Err(Error::Closed),
+                Err(PushError::NoMemory) => return Err(no_memory()),
                 Err(PushError::Full) => {
                     // No room: lower the send fd now, so a producer polling
                     // it sleeps until the queue drains instead of spinning
@@ -534,7 +553,7 @@ impl Chan {
                         pushed.refused = true;
                         break 'batch;
                     }
-                    Err(PushError::Closed) => break 'batch,
+                    Err(PushError::Closed | PushError::NoMemory) => break 'batch,
                 }
             }
         }
@@ -701,23 +720,37 @@ impl Chan {
         true
     }
 
+    /// Under loom: creates the send doorbell, as the first `send_fd` does.
+    #[cfg(loom)]
+    pub fn open_send_bell(&self) {
+        self.shared.send_bell().expect("the model's eventfd");
+    }
+
+    /// Under loom: what an edge-triggered waiter registering the send fd
+    /// now has seen: its writes so far and whether it is raised (an event
+    /// at registration). The send doorbell must have been opened.
+    #[cfg(loom)]
+    pub fn send_fd_registered(&self) -> (u64, bool) {
+        self.shared.opened_send_bell().registered()
+    }
+
     /// Under loom: whether the receive and send doorbells are raised (the
-    /// model's "readable").
+    /// model's "readable"); the send doorbell must have been opened.
     #[cfg(loom)]
     pub fn doorbells(&self) -> (bool, bool) {
         (
             self.shared.recv_bell.is_raised(),
-            self.shared.send_bell.is_raised(),
+            self.shared.opened_send_bell().is_raised(),
         )
     }
 
     /// Under loom: how many writes each eventfd has had (the events an
-    /// edge-triggered waiter sees).
+    /// edge-triggered waiter sees); the send doorbell must have been opened.
     #[cfg(loom)]
     pub fn doorbell_writes(&self) -> (u64, u64) {
         (
             self.shared.recv_bell.writes(),
-            self.shared.send_bell.writes(),
+            self.shared.opened_send_bell().writes(),
         )
     }
 
@@ -809,6 +842,36 @@ impl Shared {
 
     fn byte_limited(&self) -> bool {
         self.limits.max_bytes.is_some()
+    }
+
+    /// The send doorbell, created now if it is not yet. Under `bells`, which
+    /// every change of the doorbell holds, so its level is taken from
+    /// `HEAD_SEND_LOWERED` with no change in flight, and every change after
+    /// sees the fd. An edge-triggered waiter registers the fd after this, so
+    /// its first event is the level at registration, and each later change
+    /// is a write (D9).
+    fn send_bell(&self) -> Result<&EventFd> {
+        if let Some(bell) = self.send_bell.get() {
+            return Ok(bell);
+        }
+        let bells = self.bells.lock();
+        let bell = match self.send_bell.get() {
+            Some(bell) => Ok(bell),
+            None => EventFd::new().map(|bell| {
+                // A read-modify-write reads the latest word, not a stale one.
+                if self.ring.head.fetch_or(0, Ordering::SeqCst) & HEAD_SEND_LOWERED == 0 {
+                    bell.raise();
+                }
+                self.send_bell.get_or_init(|| bell)
+            }),
+        };
+        self.release_bells(bells);
+        Ok(bell?)
+    }
+
+    #[cfg(loom)]
+    fn opened_send_bell(&self) -> &EventFd {
+        self.send_bell.get().expect("open_send_bell first")
     }
 
     /// Queues `msg` if there is room: a slot, and bytes under the limit.
@@ -1097,15 +1160,23 @@ impl Shared {
                 {
                     continue;
                 }
+                // Without the fd (nobody asked for it) only the flag moves.
+                let bell = self.send_bell.get();
                 if want {
-                    self.send_bell.lower();
+                    if let Some(b) = bell {
+                        b.lower();
+                    }
                 } else {
-                    self.send_bell.raise();
+                    if let Some(b) = bell {
+                        b.raise();
+                    }
                     bells.send_rings += 1;
                     edge = Edge::IfChanged;
                 }
             } else if !lowered && edge == Edge::Owed {
-                self.send_bell.pulse();
+                if let Some(b) = self.send_bell.get() {
+                    b.pulse();
+                }
                 bells.send_rings += 1;
                 edge = Edge::IfChanged;
             }

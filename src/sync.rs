@@ -14,6 +14,8 @@ pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Or
 
 #[cfg(not(loom))]
 pub(crate) use crate::sys::EventFd;
+#[cfg(not(loom))]
+use crate::sys::{Line, ZeroedLines};
 
 #[cfg(loom)]
 pub(crate) use self::model::{Condvar, EventFd, Mutex, MutexGuard};
@@ -55,6 +57,94 @@ impl Backoff {
 /// outside the model like `SlotBuf` below: the slot's stamp orders it, and
 /// loom checks the stamps.
 pub(crate) type PayloadWord = std::sync::atomic::AtomicU64;
+
+/// Words per slot: its stamp, its message's length, then the message's
+/// first bytes. 64 bytes, one cache line.
+pub(crate) const SLOT_WORDS: usize = 8;
+
+/// One slot of the ring, as the ring uses it.
+pub(crate) struct SlotRef<'a> {
+    /// Whose turn it is, relative to the slot's index (see `ring.rs`): 0
+    /// for a new slot, so a new ring is all zeros.
+    pub(crate) stamp: &'a AtomicU64,
+    pub(crate) len: &'a AtomicU64,
+    pub(crate) inline: &'a [PayloadWord; SLOT_WORDS - 2],
+}
+
+/// The ring's slots. A ring of `MAPPED_MIN` bytes or more gets an
+/// anonymous mapping of its own, whose pages the kernel provides only when
+/// a slot on them is first used, so an idle channel's slots cost no
+/// resident memory whatever its capacity. A smaller ring is allocated
+/// normally (and so touched): a mapping costs a page and a kernel VMA.
+#[cfg(not(loom))]
+pub(crate) enum Slots {
+    Heap(Box<[Line]>),
+    Mapped(ZeroedLines),
+}
+
+/// The size from which slots get a mapping of their own.
+#[cfg(not(loom))]
+const MAPPED_MIN: usize = 8 * 1024;
+
+#[cfg(not(loom))]
+impl Slots {
+    /// `n` zeroed slots, or `None` if the memory cannot be had.
+    pub(crate) fn zeroed(n: usize) -> Option<Slots> {
+        if n.checked_mul(std::mem::size_of::<Line>())? >= MAPPED_MIN {
+            return ZeroedLines::new(n).ok().map(Slots::Mapped);
+        }
+        let mut lines = Vec::new();
+        lines.try_reserve_exact(n).ok()?;
+        lines.extend((0..n).map(|_| Line(Default::default())));
+        Some(Slots::Heap(lines.into_boxed_slice()))
+    }
+
+    #[inline]
+    pub(crate) fn get(&self, i: usize) -> SlotRef<'_> {
+        let lines: &[Line] = match self {
+            Slots::Heap(b) => b,
+            Slots::Mapped(m) => m,
+        };
+        let [stamp, len, inline @ ..] = &lines[i].0;
+        SlotRef { stamp, len, inline }
+    }
+}
+
+/// Under loom the stamp and length are loom's atomics: allocated as
+/// values, zero all the same.
+#[cfg(loom)]
+pub(crate) struct Slots(Box<[ModelSlot]>);
+
+#[cfg(loom)]
+pub(crate) struct ModelSlot {
+    stamp: AtomicU64,
+    len: AtomicU64,
+    inline: [PayloadWord; SLOT_WORDS - 2],
+}
+
+#[cfg(loom)]
+impl Slots {
+    pub(crate) fn zeroed(n: usize) -> Option<Slots> {
+        Some(Slots(
+            (0..n)
+                .map(|_| ModelSlot {
+                    stamp: AtomicU64::new(0),
+                    len: AtomicU64::new(0),
+                    inline: Default::default(),
+                })
+                .collect(),
+        ))
+    }
+
+    pub(crate) fn get(&self, i: usize) -> SlotRef<'_> {
+        let s = &self.0[i];
+        SlotRef {
+            stamp: &s.stamp,
+            len: &s.len,
+            inline: &s.inline,
+        }
+    }
+}
 
 /// A slot's message buffer. The slot's stamp already gives one thread at a
 /// time the right to touch it, so the lock is never contended: it exists so
@@ -198,16 +288,28 @@ mod model {
         /// A transition to raised: the protocol makes one only while the
         /// counter is 0; checked here so loom reports any interleaving that
         /// breaks it.
+        /// The counter moves before the write is counted, so that a
+        /// `registered` that counts the write also sees the counter.
         pub(crate) fn raise(&self) {
-            self.writes.fetch_add(1, Ordering::SeqCst);
             let before = self.counter.fetch_add(1, Ordering::SeqCst);
+            self.writes.fetch_add(1, Ordering::SeqCst);
             assert_eq!(before, 0, "doorbell raised while already raised");
         }
 
         /// An edge for waiters, raised or not.
         pub(crate) fn pulse(&self) {
-            self.writes.fetch_add(1, Ordering::SeqCst);
             self.counter.fetch_add(1, Ordering::SeqCst);
+            self.writes.fetch_add(1, Ordering::SeqCst);
+        }
+
+        /// What an edge-triggered waiter registering the fd now has seen:
+        /// the writes so far, and whether it is raised (which the
+        /// registration reports as an event). Read-modify-writes, which
+        /// read the latest values; the kernel's eventfd changes both at
+        /// once, the model one after the other (see `raise`).
+        pub(crate) fn registered(&self) -> (u64, bool) {
+            let writes = self.writes.fetch_or(0, Ordering::SeqCst);
+            (writes, self.counter.fetch_or(0, Ordering::SeqCst) != 0)
         }
 
         pub(crate) fn lower(&self) {

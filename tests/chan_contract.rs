@@ -157,10 +157,13 @@ fn d4_close_of_empty_channel_makes_readable() {
 fn d4_fds_nonblocking_cloexec_distinct_and_shared_by_clones() {
     let ch = chan(Options::new(4));
     let c2 = ch.clone();
-    assert_ne!(ch.recv_fd().as_raw_fd(), ch.send_fd().as_raw_fd());
+    assert_ne!(ch.recv_fd().as_raw_fd(), ch.send_fd().unwrap().as_raw_fd());
     assert_eq!(ch.recv_fd().as_raw_fd(), c2.recv_fd().as_raw_fd());
-    assert_eq!(ch.send_fd().as_raw_fd(), c2.send_fd().as_raw_fd());
-    for fd in [ch.recv_fd().as_raw_fd(), ch.send_fd().as_raw_fd()] {
+    assert_eq!(
+        ch.send_fd().unwrap().as_raw_fd(),
+        c2.send_fd().unwrap().as_raw_fd()
+    );
+    for fd in [ch.recv_fd().as_raw_fd(), ch.send_fd().unwrap().as_raw_fd()] {
         // SAFETY: fcntl queries on fds the channel keeps open.
         let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
         let fdfl = unsafe { libc::fcntl(fd, libc::F_GETFD) };
@@ -515,7 +518,9 @@ fn d5_event_loop_producer_wakes_on_send_fd_at_low_water() {
                 attempts += 1;
                 match tx.send(b"late", Wait::Never) {
                     Ok(()) => return attempts,
-                    Err(Error::WouldBlock) => wait_readable(tx.send_fd().as_raw_fd(), "send fd"),
+                    Err(Error::WouldBlock) => {
+                        wait_readable(tx.send_fd().unwrap().as_raw_fd(), "send fd")
+                    }
                     Err(e) => panic!("{e:?}"),
                 }
             }
@@ -703,9 +708,10 @@ fn d6_close_wakes_every_blocked_sender_and_keeps_the_queue() {
                             2 => tx.send_batch([&m[..], b"more"], Wait::Forever).map(drop),
                             _ => loop {
                                 match tx.send(&m, Wait::Never) {
-                                    Err(Error::WouldBlock) => {
-                                        wait_readable(tx.send_fd().as_raw_fd(), "sender poll")
-                                    }
+                                    Err(Error::WouldBlock) => wait_readable(
+                                        tx.send_fd().unwrap().as_raw_fd(),
+                                        "sender poll",
+                                    ),
                                     r => break r,
                                 }
                             },
@@ -1170,4 +1176,199 @@ fn d2_on_drop_sees_short_and_long_messages_whole() {
     let stats = ch.into_final_stats().expect("last handle");
     assert_eq!(stats.dropped, msgs.len() as u64);
     assert_eq!(*seen.lock().unwrap(), msgs);
+}
+
+// ---------------------------------------------------------------------------
+// The send fd is created by the first `send_fd`, at the level the channel's
+// state gives it (D5), and edge-triggered waiters registering it after get
+// their events (D9). (That a channel has one fd until then is counted in
+// tests/chan_fd_cost.rs, alone in its binary.)
+
+/// A channel brought to a state with its send fd never asked for, then
+/// asked: whether it is readable.
+fn late_send_fd_readable(opts: Options, setup: impl FnOnce(&Chan)) -> bool {
+    let ch = chan(opts);
+    setup(&ch);
+    send_ready(&ch)
+}
+
+#[test]
+fn d5_late_send_fd_starts_at_the_level_of_the_state() {
+    assert!(late_send_fd_readable(Options::new(4), |_| {}), "empty");
+    assert!(
+        !late_send_fd_readable(Options::new(4), |ch| fill(ch, 4, 1)),
+        "full"
+    );
+    assert!(
+        !late_send_fd_readable(Options::new(4), |ch| {
+            fill(ch, 4, 1);
+            assert_eq!(out(ch.send(b"x", Wait::Never)), Got::WouldBlock);
+        }),
+        "full, a send refused"
+    );
+    assert!(
+        late_send_fd_readable(Options::new(4), |ch| {
+            fill(ch, 4, 1);
+            ch.close();
+        }),
+        "full and closed"
+    );
+    assert!(
+        late_send_fd_readable(Options::new(4), |ch| {
+            ch.close();
+        }),
+        "empty and closed"
+    );
+    assert!(
+        !late_send_fd_readable(Options::new(4), |ch| {
+            fill(ch, 4, 1);
+            ch.recv(Wait::Never).unwrap();
+        }),
+        "full, drained to above low water: still down"
+    );
+    assert!(
+        late_send_fd_readable(Options::new(4), |ch| {
+            fill(ch, 4, 1);
+            ch.recv(Wait::Never).unwrap();
+            ch.recv(Wait::Never).unwrap();
+        }),
+        "full, drained to low water"
+    );
+    assert!(
+        late_send_fd_readable(Options::new(4), |ch| fill(ch, 3, 1)),
+        "below capacity, never full"
+    );
+    assert!(
+        !late_send_fd_readable(Options::new(8).max_bytes(4), |ch| fill(ch, 2, 2)),
+        "byte limit reached"
+    );
+}
+
+#[test]
+fn d5_send_fd_is_created_once_and_shared() {
+    let ch = chan(Options::new(2));
+    let c2 = ch.clone();
+    let fd = c2.send_fd().unwrap().as_raw_fd();
+    assert_eq!(ch.send_fd().unwrap().as_raw_fd(), fd);
+    // A clone made after sees it too, and it follows the state.
+    let c3 = ch.clone();
+    fill(&ch, 2, 1);
+    assert_eq!(c3.send_fd().unwrap().as_raw_fd(), fd);
+    assert!(!readable(fd));
+    ch.recv(Wait::Never).unwrap();
+    ch.recv(Wait::Never).unwrap();
+    assert!(readable(fd));
+}
+
+#[test]
+fn d5_ring_counts_do_not_depend_on_the_send_fd() {
+    // Stats count the send doorbell's transitions whether or not the fd
+    // exists: the same work gives the same counts.
+    let run = |ask_first: bool| {
+        let ch = chan(Options::new(4));
+        if ask_first {
+            ch.send_fd().unwrap();
+        }
+        fill(&ch, 4, 1);
+        assert_eq!(out(ch.send(b"x", Wait::Never)), Got::WouldBlock);
+        for _ in 0..2 {
+            ch.recv(Wait::Never).unwrap();
+        }
+        ch.close();
+        ch.stats()
+    };
+    assert_eq!(run(true), run(false));
+    assert_eq!(
+        run(false).send_doorbell_rings,
+        3,
+        "creation, low water, close"
+    );
+}
+
+/// Waits (not at all) for edge-triggered events on `ep`: how many fds had one.
+fn edge_events(ep: &eventq::sys::Epoll) -> usize {
+    let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 4];
+    ep.wait(&mut evs, Some(Duration::ZERO)).expect("epoll_wait")
+}
+
+fn edge_waiter(fd: std::os::fd::RawFd) -> eventq::sys::Epoll {
+    let ep = eventq::sys::Epoll::new().expect("epoll");
+    ep.add(fd, (libc::EPOLLIN | libc::EPOLLET) as u32, 1)
+        .expect("epoll_ctl");
+    ep
+}
+
+#[test]
+fn d9_send_fd_created_after_the_channel_filled_gets_its_edge() {
+    // A producer fills the channel and is refused, then asks for the send
+    // fd and waits on it edge-triggered: no event while full, one when the
+    // receiver drains to low water, none while it drains further.
+    let ch = chan(Options::new(4));
+    fill(&ch, 4, 1);
+    assert_eq!(out(ch.send(b"x", Wait::Never)), Got::WouldBlock);
+    let ep = edge_waiter(ch.send_fd().unwrap().as_raw_fd());
+    assert_eq!(edge_events(&ep), 0, "full: no event at registration");
+    ch.recv(Wait::Never).unwrap();
+    assert_eq!(edge_events(&ep), 0, "above low water: no event");
+    ch.recv(Wait::Never).unwrap();
+    assert_eq!(edge_events(&ep), 1, "D9: drained to low water: an event");
+    assert_eq!(edge_events(&ep), 0, "edge-triggered: once");
+    // Full again and refused: the next drain is an event again.
+    fill(&ch, 2, 1);
+    assert_eq!(out(ch.send(b"x", Wait::Never)), Got::WouldBlock);
+    assert_eq!(edge_events(&ep), 0);
+    ch.recv(Wait::Never).unwrap();
+    ch.recv(Wait::Never).unwrap();
+    assert_eq!(edge_events(&ep), 1, "D9: the second drain");
+    // Close writes it though it is up.
+    ch.close();
+    assert_eq!(edge_events(&ep), 1, "D9: close");
+}
+
+#[test]
+fn d9_send_fd_created_after_room_came_back_is_an_event_at_registration() {
+    // Refused while full, room came back before the fd existed: the fd is
+    // created up, and a waiter registering it gets that level as its event.
+    let ch = chan(Options::new(4));
+    fill(&ch, 4, 1);
+    assert_eq!(out(ch.send(b"x", Wait::Never)), Got::WouldBlock);
+    ch.recv(Wait::Never).unwrap();
+    ch.recv(Wait::Never).unwrap();
+    let ep = edge_waiter(ch.send_fd().unwrap().as_raw_fd());
+    assert_eq!(edge_events(&ep), 1, "up at registration: an event");
+    assert_eq!(edge_events(&ep), 0);
+}
+
+#[test]
+fn d5_send_fd_created_while_other_threads_send_and_receive_matches_the_state() {
+    // Threads fill and drain while another asks for the fd; once they are
+    // joined the fd's level is what D5 says for the state they left.
+    for round in 0..200 {
+        let _dog = Watchdog::new("late send fd under traffic");
+        let ch = chan(Options::new(4));
+        let (tx, rx, asker) = (ch.clone(), ch.clone(), ch.clone());
+        thread::scope(|s| {
+            s.spawn(move || {
+                for i in 0..(round % 7 + 4) {
+                    let _ = tx.send(&[i as u8], Wait::Never);
+                }
+            });
+            s.spawn(move || {
+                for _ in 0..(round % 5) {
+                    let _ = rx.recv(Wait::Never);
+                }
+            });
+            s.spawn(move || {
+                asker.send_fd().unwrap();
+            });
+        });
+        let st = ch.stats();
+        let up = send_ready(&ch);
+        if st.pending == 4 {
+            assert!(!up, "full, send fd up: {st:?}");
+        } else if st.pending <= 2 {
+            assert!(up, "at low water, send fd down: {st:?}");
+        }
+        // Between, either level is right (down if it was full since).
+    }
 }

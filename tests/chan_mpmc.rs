@@ -98,7 +98,7 @@ fn produce(
                     Err(Error::WouldBlock) => {
                         assert_eq!(wait, Wait::Never);
                         wait_readable(
-                            ch.send_fd().as_raw_fd(),
+                            ch.send_fd().unwrap().as_raw_fd(),
                             "event-loop producer on the send fd",
                         );
                         Ok(0)

@@ -21,6 +21,10 @@
 //! quiescence, if the call would now succeed (a message pending, or the
 //! send fd's rule says room, or the channel closed), the count must have
 //! moved.
+//!
+//! The send doorbell is created when first asked for, under the lock that
+//! serialises its changes, at the level its flag has tracked meanwhile: two
+//! models create it while other threads fill and drain the channel.
 #![cfg(loom)]
 
 use std::collections::HashSet;
@@ -45,6 +49,15 @@ fn assert_doorbells_match(chan: &Chan) {
     } else if s.pending <= cap / 2 {
         assert!(send, "D5: send doorbell down at low water: {s:?}");
     }
+}
+
+/// A channel with its send doorbell opened at once, as every handle's
+/// was before it was created on first use: these models check its
+/// transitions. (Its creation during traffic has models of its own.)
+fn opened(options: Options) -> Chan {
+    let chan = Chan::new(options).unwrap();
+    chan.open_send_bell();
+    chan
 }
 
 /// Receives what is left, without waiting.
@@ -76,7 +89,7 @@ fn model_bounded(preemptions: usize, f: impl Fn() + Sync + Send + 'static) {
 #[test]
 fn send_and_try_recv_keep_the_doorbell_exact() {
     model(|| {
-        let chan = Chan::new(Options::new(2)).unwrap();
+        let chan = opened(Options::new(2));
         let tx = chan.clone();
         let producer = thread::spawn(move || {
             tx.send(b"a", Wait::Never).unwrap();
@@ -104,7 +117,7 @@ fn send_and_try_recv_keep_the_doorbell_exact() {
 #[test]
 fn a_blocked_receiver_is_always_woken() {
     model(|| {
-        let chan = Chan::new(Options::new(1)).unwrap();
+        let chan = opened(Options::new(1));
         let rx = chan.clone();
         let consumer = thread::spawn(move || rx.recv(Wait::Forever));
         chan.send(b"x", Wait::Forever).unwrap();
@@ -116,7 +129,7 @@ fn a_blocked_receiver_is_always_woken() {
 #[test]
 fn a_blocked_sender_is_always_woken_and_the_send_doorbell_follows() {
     model(|| {
-        let chan = Chan::new(Options::new(1)).unwrap();
+        let chan = opened(Options::new(1));
         let tx = chan.clone();
         let producer = thread::spawn(move || {
             tx.send(b"1", Wait::Forever).unwrap();
@@ -135,7 +148,7 @@ fn a_sender_blocked_on_the_byte_limit_is_woken() {
     // The byte limit is kept apart from the ring's positions, with its own
     // fence pair (release_bytes against sync_send / wait_for_room).
     model(|| {
-        let chan = Chan::new(Options::new(4).max_bytes(4)).unwrap();
+        let chan = opened(Options::new(4).max_bytes(4));
         chan.send(b"abc", Wait::Never).unwrap();
         let tx = chan.clone();
         let producer = thread::spawn(move || tx.send(b"de", Wait::Forever));
@@ -153,7 +166,7 @@ fn a_sender_blocked_on_the_byte_limit_is_woken() {
 #[test]
 fn two_producers_one_consumer_lose_nothing() {
     model3(|| {
-        let chan = Chan::new(Options::new(2)).unwrap();
+        let chan = opened(Options::new(2));
         let producers: Vec<_> = [b"p", b"q"]
             .into_iter()
             .map(|m| {
@@ -179,7 +192,7 @@ fn close_wakes_every_blocked_receiver() {
     // but not yet filled make loom's search unbounded (each may yield to
     // the other forever); the send-and-close race is the model below.
     model3(|| {
-        let chan = Chan::new(Options::new(2)).unwrap();
+        let chan = opened(Options::new(2));
         let receivers: Vec<_> = (0..2)
             .map(|_| {
                 let rx = chan.clone();
@@ -200,7 +213,7 @@ fn close_wakes_every_blocked_receiver() {
 #[test]
 fn close_after_a_send_loses_nothing_and_ends_the_stream() {
     model(|| {
-        let chan = Chan::new(Options::new(2)).unwrap();
+        let chan = opened(Options::new(2));
         let rx = chan.clone();
         let consumer = thread::spawn(move || (rx.recv(Wait::Forever), rx.recv(Wait::Forever)));
         chan.send(b"m", Wait::Forever).unwrap();
@@ -218,7 +231,7 @@ fn close_after_a_send_loses_nothing_and_ends_the_stream() {
 #[test]
 fn close_wakes_a_blocked_sender_and_keeps_what_was_queued() {
     model(|| {
-        let chan = Chan::new(Options::new(1)).unwrap();
+        let chan = opened(Options::new(1));
         chan.send(b"queued", Wait::Never).unwrap();
         let tx = chan.clone();
         let producer = thread::spawn(move || tx.send(b"late", Wait::Forever));
@@ -234,7 +247,7 @@ fn close_wakes_a_blocked_sender_and_keeps_what_was_queued() {
 #[test]
 fn close_racing_sends_and_receives_keeps_the_doorbells_exact() {
     model(|| {
-        let chan = Chan::new(Options::new(2)).unwrap();
+        let chan = opened(Options::new(2));
         let tx = chan.clone();
         let producer = thread::spawn(move || {
             let mut accepted = 0;
@@ -285,7 +298,7 @@ fn a_refused_receiver_gets_an_edge_for_the_next_message() {
     // up and writes nothing, and the taker, seeing that message, lowers
     // nothing. The waiter sends it itself so that only two threads run.
     model(|| {
-        let chan = Chan::new(Options::new(2)).unwrap();
+        let chan = opened(Options::new(2));
         chan.send(b"1", Wait::Never).unwrap();
         let rx = chan.clone();
         let taker = thread::spawn(move || rx.recv(Wait::Never).is_ok());
@@ -303,7 +316,7 @@ fn a_short_batch_receive_is_owed_an_edge_too() {
     // a send landing in between finds the fd up and writes nothing, and the
     // batch, returning short, must not leave the fd up without an event.
     model(|| {
-        let chan = Chan::new(Options::new(4)).unwrap();
+        let chan = opened(Options::new(4));
         chan.send(b"1", Wait::Never).unwrap();
         let tx = chan.clone();
         let sender = thread::spawn(move || tx.send(b"2", Wait::Never).unwrap());
@@ -324,7 +337,7 @@ fn a_short_batch_receive_is_owed_an_edge_too() {
 fn close_gives_a_refused_receiver_an_edge() {
     // No send: close must write the receive fd even if it is up already.
     model3(|| {
-        let chan = Chan::new(Options::new(2)).unwrap();
+        let chan = opened(Options::new(2));
         chan.send(b"1", Wait::Never).unwrap();
         let rx = chan.clone();
         let taker = thread::spawn(move || rx.recv(Wait::Never).is_ok());
@@ -344,7 +357,7 @@ fn a_refused_sender_gets_an_edge_when_room_comes() {
     // frees it, and the send fd, never lowered, stays up: without an event
     // the waiter sleeps on an empty channel.
     model3(|| {
-        let chan = Chan::new(Options::new(1)).unwrap();
+        let chan = opened(Options::new(1));
         let tx = chan.clone();
         let sender = thread::spawn(move || tx.send(b"1", Wait::Never).is_ok());
         let rx = chan.clone();
@@ -392,6 +405,54 @@ fn every_end_of_stream_report_writes_the_receive_fd() {
         closer.join().unwrap();
         drain(&chan);
         assert!(recv_reports_with_a_write(&chan));
+        assert_doorbells_match(&chan);
+    });
+}
+
+#[test]
+fn a_send_doorbell_created_during_traffic_starts_at_the_right_level() {
+    // Created while a sender fills the channel (its second send refused,
+    // lowering the flag) and a receiver drains it: at quiescence the fd
+    // matches D5 as if it had existed all along.
+    model3(|| {
+        let chan = Chan::new(Options::new(1)).unwrap();
+        let tx = chan.clone();
+        let sender = thread::spawn(move || {
+            let _ = tx.send(b"1", Wait::Never);
+            let _ = tx.send(b"2", Wait::Never);
+        });
+        let rx = chan.clone();
+        let receiver = thread::spawn(move || rx.recv(Wait::Never).is_ok());
+        chan.open_send_bell();
+        sender.join().unwrap();
+        receiver.join().unwrap();
+        assert_doorbells_match(&chan);
+    });
+}
+
+#[test]
+fn a_refused_sender_that_creates_the_send_fd_after_gets_an_edge() {
+    // The waiter is refused with no fd yet, then creates it and registers:
+    // its first event is the level at registration, so it is owed a write
+    // after that only if the fd was down then.
+    model3(|| {
+        let chan = Chan::new(Options::new(1)).unwrap();
+        let tx = chan.clone();
+        let sender = thread::spawn(move || tx.send(b"1", Wait::Never).is_ok());
+        let rx = chan.clone();
+        let receiver = thread::spawn(move || rx.recv(Wait::Never).is_ok());
+        let refused = matches!(chan.send(b"2", Wait::Never), Err(Error::WouldBlock));
+        chan.open_send_bell();
+        let (seen, up) = chan.send_fd_registered();
+        sender.join().unwrap();
+        receiver.join().unwrap();
+        let s = chan.stats();
+        if refused && s.pending == 0 {
+            assert!(
+                up || chan.doorbell_writes().1 > seen,
+                "edge: a refused sender got no event, with {s:?}"
+            );
+        }
         assert_doorbells_match(&chan);
     });
 }

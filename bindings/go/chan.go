@@ -132,20 +132,24 @@ var liveChans atomic.Int64
 //
 // # Cost
 //
-// A channel holds two eventfds (receive and send readiness) for as long as
-// any handle lives. Its slots are allocated when it is created, whether
-// used or not: 96 bytes a slot, so about 96 KiB at the default capacity of
-// 1024 (WithCapacity sets it); a slot that has carried a message longer
-// than 48 bytes also keeps that message's buffer for reuse (up to 64 KiB).
-// Each goroutine waiting in Send or Recv holds one more fd, a dup of the
-// send or receive eventfd; up to 16 idle ones per direction stay open for
-// reuse until Release.
+// A channel holds its receive eventfd for as long as any handle lives, and
+// its send eventfd from the first use of it (SendFd, SendFile, or a Send
+// that has to wait for room) on: one fd for a channel only received from
+// or never full. Its slots (64 bytes each, 64 KiB at the default capacity
+// of 1024; WithCapacity sets it) are allocated zeroed when it is created,
+// and at 8 KiB or more become resident only as messages reach them: an
+// idle channel costs about 1 KiB. The first message longer than 48 bytes
+// allocates a buffer per slot (32 bytes each), and a slot that has carried
+// such a message keeps its buffer for reuse (up to 64 KiB). Each goroutine
+// waiting in Send or Recv holds one more fd, a dup of the send or receive
+// eventfd; up to 16 idle ones per direction stay open for reuse until
+// Release.
 type Chan struct {
 	ptr    *C.eventq_chan
 	handle C.uintptr_t // ptr as an integer, for the eq_* wrappers
 	recvFd int
-	sendFd int
-	ref    splitRef // counters on their own cache lines
+	sendFd atomic.Int32 // -1 until first asked for (sendFdOnce)
+	ref    splitRef     // counters on their own cache lines
 
 	mu       sync.Mutex
 	released bool
@@ -194,7 +198,8 @@ type options struct {
 type Option func(*options)
 
 // WithCapacity sets the most messages queued at once (default 1024; at
-// least 1). The slots are allocated at creation: 96 bytes each.
+// least 1). The slots are allocated at creation, 64 bytes each, and
+// become resident as messages reach them (see Chan).
 func WithCapacity(n int) Option { return func(o *options) { o.capacity = n } }
 
 // WithMaxBytes sets the most bytes queued at once, the sum of the queued
@@ -256,9 +261,9 @@ func wrapChan(p *C.eventq_chan) *Chan {
 		ptr:    p,
 		handle: C.uintptr_t(uintptr(unsafe.Pointer(p))),
 		recvFd: int(C.eventq_chan_recv_fd(p)),
-		sendFd: int(C.eventq_chan_send_fd(p)),
 		files:  make(map[*waiter]struct{}),
 	}
+	c.sendFd.Store(-1)
 	c.ref.init()
 	liveChans.Add(1)
 	runtime.SetFinalizer(c, (*Chan).finalize)
@@ -401,12 +406,36 @@ func (c *Chan) RecvFd() int {
 // SendFd returns the channel's send fd: not readable while the channel is
 // full and open, readable again once it drained to the low-water mark or
 // is closed (D5). Ownership, and -1 once this handle is released, as for
-// RecvFd.
+// RecvFd. The first use of the send fd creates it (a channel never asked
+// for it has one fd); -1 too if that fails (no fd left: SendFile says
+// why).
 func (c *Chan) SendFd() int {
 	if c.ref.closed() {
 		return -1
 	}
-	return c.sendFd
+	fd, err := c.sendFdOnce()
+	if err != nil {
+		return -1
+	}
+	return fd
+}
+
+// sendFdOnce returns the send fd, which the library creates on the
+// channel's first request for it.
+func (c *Chan) sendFdOnce() (int, error) {
+	if fd := c.sendFd.Load(); fd >= 0 {
+		return int(fd), nil
+	}
+	if !c.use(refOther) {
+		return -1, ErrReleased
+	}
+	defer c.done(refOther)
+	rc := C.eventq_chan_send_fd(c.ptr)
+	if rc < 0 {
+		return -1, errOf(rc)
+	}
+	c.sendFd.Store(int32(rc))
+	return int(rc), nil
 }
 
 // RecvFile returns a duplicate of the receive fd (close-on-exec, shares
@@ -417,7 +446,13 @@ func (c *Chan) SendFd() int {
 func (c *Chan) RecvFile() (*os.File, error) { return c.dupFile(c.recvFd, "eventq-recv") }
 
 // SendFile is RecvFile for the send fd (wait with TrySend inside).
-func (c *Chan) SendFile() (*os.File, error) { return c.dupFile(c.sendFd, "eventq-send") }
+func (c *Chan) SendFile() (*os.File, error) {
+	fd, err := c.sendFdOnce()
+	if err != nil {
+		return nil, err
+	}
+	return c.dupFile(fd, "eventq-send")
+}
 
 func (c *Chan) dupFile(fd int, name string) (*os.File, error) {
 	if !c.use(refOther) {
@@ -938,7 +973,11 @@ func (c *Chan) getWaiter(d direction) (*waiter, error) {
 	c.mu.Unlock()
 	fd, name := c.recvFd, "eventq-recv"
 	if d == dirSend {
-		fd, name = c.sendFd, "eventq-send"
+		var err error
+		if fd, err = c.sendFdOnce(); err != nil {
+			return nil, err
+		}
+		name = "eventq-send"
 	}
 	f, err := c.dupFile(fd, name)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	eventq "github.com/libeventq/libeventq/bindings/go"
@@ -488,6 +489,49 @@ func TestManyGoroutinesOneChan(t *testing.T) {
 	<-done
 	tr.verify(t)
 	totalMessages.Add(senders * per)
+}
+
+// The send fd is made on first use (SendFd here), at the level of the
+// channel's state then: down when full, up once drained to low water; a
+// Send that waits for room makes it too.
+func TestSendFdMadeOnFirstUse(t *testing.T) {
+	c := newChan(t, eventq.WithCapacity(2))
+	for _, m := range []string{"1", "2"} {
+		if err := c.TrySend([]byte(m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.TrySend([]byte("3")); !errors.Is(err, eventq.ErrWouldBlock) {
+		t.Fatalf("full: %v", err)
+	}
+	sfd := c.SendFd()
+	if sfd < 0 || readable(t, sfd) {
+		t.Fatalf("send fd %d made on a full channel: must exist and not be readable", sfd)
+	}
+	if c.SendFd() != sfd {
+		t.Fatal("a second SendFd made another fd")
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := c.TryRecv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !readable(t, sfd) {
+		t.Fatal("drained: send fd not readable")
+	}
+	// A clone shares it; a fresh channel's Send waiting for room makes it.
+	c2 := newChan(t, eventq.WithCapacity(1))
+	if err := c2.TrySend([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	if err := c2.Send(ctx, []byte("y")); err == nil {
+		t.Fatal("a send on a full channel succeeded")
+	}
+	if fd := c2.SendFd(); fd < 0 || readable(t, fd) {
+		t.Fatalf("send fd %d after a timed-out send: must exist and not be readable", fd)
+	}
 }
 
 // D4 and D5 seen from Go with poll(2) at quiescent points.

@@ -12,7 +12,12 @@
 //! - Each slot's `stamp` says whose turn it is: `2 * pos` = empty, ready for
 //!   the sender of `pos`; `2 * pos + 1` = holds message `pos`. The receiver
 //!   of `pos` hands the slot to the sender of `pos + cap`. A thread touches a
-//!   slot's payload only while the stamp says it is its turn.
+//!   slot's payload only while the stamp says it is its turn. Slot `i`
+//!   stores its stamp less `2 * i`, so that a new ring, every slot waiting
+//!   for the sender of its own index, is all zeros: allocated zeroed, its
+//!   pages stay unmapped until used (an idle channel's slots cost no
+//!   memory). The subtraction is one instruction on an index computed
+//!   anyway.
 //! - A message of up to `INLINE_MAX` bytes is stored in the slot itself, in
 //!   atomic words written and read with relaxed ordering (the stamp's
 //!   release/acquire orders them): plain moves, and the slot is one cache
@@ -22,12 +27,15 @@
 //!   which put every message behind that mutex, showed its lock and unlock
 //!   as a third of the 8-byte send and a sixth of the receive.
 //! - Buffers stay in their slots, so the steady-state copy path allocates
-//!   nothing.
+//!   nothing. The buffers themselves (one mutex and `Vec` per slot) are
+//!   allocated at the channel's first long message, so a channel that only
+//!   carries short ones never has them.
 
 use std::io;
+use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
-use crate::sync::{AtomicU64, AtomicUsize, Backoff, CachePadded, Ordering, PayloadWord, SlotBuf};
+use crate::sync::{AtomicU64, Backoff, CachePadded, Ordering, SlotBuf, SlotRef, Slots, SLOT_WORDS};
 
 /// Flag bits below the position in `tail` and `head`.
 const FLAG_BITS: u32 = 3;
@@ -54,22 +62,12 @@ pub(super) fn position(word: u64) -> u64 {
 /// one huge message does not pin its memory for the channel's life.
 const SPARE_BUF_MAX: usize = 64 * 1024;
 
-/// Payload words stored in the slot itself.
-const INLINE_WORDS: usize = 6;
-/// Messages up to this long are stored in the slot, longer ones in its
-/// heap buffer.
-pub(super) const INLINE_MAX: usize = INLINE_WORDS * 8;
-
-/// One cache line: a sender filling slot `p` does not disturb the receiver
-/// reading slot `p - 1`.
-#[repr(align(64))]
-struct Slot {
-    stamp: AtomicU64,
-    /// The message's length, readable before the slot is claimed so a
-    /// receiver can refuse a message that does not fit without taking it.
-    len: AtomicUsize,
-    inline: [PayloadWord; INLINE_WORDS],
-}
+/// Messages up to this long are stored in the slot (after its stamp and
+/// length, which is readable before the slot is claimed, so a receiver can
+/// refuse a message that does not fit without taking it), longer ones in
+/// its heap buffer. A slot is one cache line, aligned: a sender filling
+/// slot `p` does not disturb the receiver reading slot `p - 1`.
+pub(super) const INLINE_MAX: usize = (SLOT_WORDS - 2) * 8;
 
 /// A message as a receiver gets it, still in its slot.
 pub(super) enum Payload<'a> {
@@ -102,10 +100,11 @@ pub(super) struct Ring {
     pub(super) head: CachePadded<AtomicU64>,
     /// Written by senders.
     pub(super) tail: CachePadded<AtomicU64>,
-    slots: Box<[Slot]>,
+    slots: Slots,
     /// Heap buffers for long messages, one per slot, apart from the slots
-    /// so the short-message path never touches them.
-    bufs: Box<[SlotBuf]>,
+    /// so the short-message path never touches them; allocated by the
+    /// first long message.
+    bufs: OnceLock<Box<[SlotBuf]>>,
     cap: u64,
     /// `cap - 1` if `cap` is a power of two above 1, else 0.
     mask: u64,
@@ -115,6 +114,8 @@ pub(super) struct Ring {
 pub(super) enum PushError {
     Full,
     Closed,
+    /// The first long message could not allocate the slots' buffers.
+    NoMemory,
 }
 
 /// A successful claim: the position and the word before the claiming CAS
@@ -140,22 +141,12 @@ impl Ring {
     /// A ring of `cap` slots, allocated now; fails with ENOMEM rather than
     /// aborting when a huge capacity cannot be had.
     pub(super) fn new(cap: usize) -> Result<Ring> {
-        let mut slots = Vec::new();
-        let mut bufs = Vec::new();
-        if slots.try_reserve_exact(cap).is_err() || bufs.try_reserve_exact(cap).is_err() {
-            return Err(Error::Os(io::Error::from_raw_os_error(libc::ENOMEM)));
-        }
-        slots.extend((0..cap as u64).map(|i| Slot {
-            stamp: AtomicU64::new(2 * i),
-            len: AtomicUsize::new(0),
-            inline: Default::default(),
-        }));
-        bufs.extend((0..cap).map(|_| SlotBuf::new()));
+        let slots = Slots::zeroed(cap).ok_or_else(no_memory)?;
         Ok(Ring {
             head: CachePadded(AtomicU64::new(0)),
             tail: CachePadded(AtomicU64::new(0)),
-            slots: slots.into_boxed_slice(),
-            bufs: bufs.into_boxed_slice(),
+            slots,
+            bufs: OnceLock::new(),
             cap: cap as u64,
             mask: if cap > 1 && cap.is_power_of_two() {
                 cap as u64 - 1
@@ -179,14 +170,39 @@ impl Ring {
         }
     }
 
-    fn slot(&self, pos: u64) -> &Slot {
-        &self.slots[self.index(pos)]
+    /// The slot of message `pos`, and the stamp it stores when empty and
+    /// waiting for the sender of `pos` (`2 * pos` less twice its index).
+    fn slot(&self, pos: u64) -> (SlotRef<'_>, u64) {
+        let i = self.index(pos);
+        (self.slots.get(i), 2 * (pos - i as u64))
+    }
+
+    /// The slots' heap buffers, once the first long message allocated them.
+    fn bufs(&self) -> &[SlotBuf] {
+        self.bufs
+            .get()
+            .expect("a long message allocated the buffers")
+    }
+
+    /// Allocates the slots' heap buffers if they are not yet, before a long
+    /// message claims a slot (which cannot be undone).
+    fn ensure_bufs(&self) -> Result<(), PushError> {
+        if self.bufs.get().is_some() {
+            return Ok(());
+        }
+        let mut bufs = Vec::new();
+        bufs.try_reserve_exact(self.cap as usize)
+            .map_err(|_| PushError::NoMemory)?;
+        bufs.extend((0..self.cap).map(|_| SlotBuf::new()));
+        // A racing sender may have set them first: either is as good.
+        let _ = self.bufs.set(bufs.into_boxed_slice());
+        Ok(())
     }
 
     /// Stores message `pos` (its slot is the caller's by the stamp).
     fn write(&self, pos: u64, msg: &[u8]) {
         let i = self.index(pos);
-        let slot = &self.slots[i];
+        let slot = self.slots.get(i);
         if msg.len() <= INLINE_MAX {
             // Whole words apart from the tail, so the compiler emits plain
             // moves rather than a memcpy call per word.
@@ -203,11 +219,11 @@ impl Ring {
                 slot.inline[n].store(u64::from_ne_bytes(w), Ordering::Relaxed);
             }
         } else {
-            let mut buf = self.bufs[i].lock();
+            let mut buf = self.bufs()[i].lock();
             buf.clear();
             buf.extend_from_slice(msg);
         }
-        slot.len.store(msg.len(), Ordering::Relaxed);
+        slot.len.store(msg.len() as u64, Ordering::Relaxed);
     }
 
     /// Hands message `pos`, `len` bytes long, to `take` (its slot is the
@@ -215,7 +231,7 @@ impl Ring {
     fn read<T>(&self, pos: u64, len: usize, take: &mut impl FnMut(Payload<'_>) -> T) -> T {
         if len <= INLINE_MAX {
             let mut out = [0u8; INLINE_MAX];
-            let slot = self.slot(pos);
+            let (slot, _) = self.slot(pos);
             // Every word the message touches, whole: the bytes past `len`
             // are the stored word's padding and are not handed out.
             for (word, chunk) in slot
@@ -228,7 +244,7 @@ impl Ring {
             }
             take(Payload::Inline(&out[..len]))
         } else {
-            let mut buf = self.bufs[self.index(pos)].lock();
+            let mut buf = self.bufs()[self.index(pos)].lock();
             let value = take(Payload::Heap(&mut buf));
             if buf.capacity() > SPARE_BUF_MAX {
                 *buf = Vec::new();
@@ -239,6 +255,9 @@ impl Ring {
 
     /// Queues a copy of `msg` unless the ring is full or closed.
     pub(super) fn push(&self, msg: &[u8]) -> Result<Claimed<()>, PushError> {
+        if msg.len() > INLINE_MAX {
+            self.ensure_bufs()?;
+        }
         let mut backoff = Backoff::new();
         let mut tail = self.tail.load(Ordering::Relaxed);
         loop {
@@ -246,9 +265,9 @@ impl Ring {
                 return Err(PushError::Closed);
             }
             let pos = position(tail);
-            let slot = self.slot(pos);
+            let (slot, empty) = self.slot(pos);
             let stamp = slot.stamp.load(Ordering::Acquire);
-            if stamp == 2 * pos {
+            if stamp == empty {
                 match self.tail.compare_exchange_weak(
                     tail,
                     tail + ONE,
@@ -257,7 +276,7 @@ impl Ring {
                 ) {
                     Ok(_) => {
                         self.write(pos, msg);
-                        slot.stamp.store(2 * pos + 1, Ordering::Release);
+                        slot.stamp.store(empty + 1, Ordering::Release);
                         return Ok(Claimed {
                             value: (),
                             pos,
@@ -268,7 +287,7 @@ impl Ring {
                     Err(now) => tail = now,
                 }
             } else {
-                if stamp < 2 * pos {
+                if stamp < empty {
                     // The slot still holds message `pos - cap`: full, unless
                     // a receiver has claimed it and is copying it out.
                     let head = self.head.load(Ordering::SeqCst);
@@ -295,10 +314,10 @@ impl Ring {
         let mut head = self.head.load(Ordering::Relaxed);
         loop {
             let pos = position(head);
-            let slot = self.slot(pos);
+            let (slot, empty) = self.slot(pos);
             let stamp = slot.stamp.load(Ordering::Acquire);
-            if stamp == 2 * pos + 1 {
-                let len = slot.len.load(Ordering::Relaxed);
+            if stamp == empty + 1 {
+                let len = slot.len.load(Ordering::Relaxed) as usize;
                 if !accept(len) {
                     // Only if `pos` is still the head: otherwise the length
                     // may belong to a message another receiver took.
@@ -317,7 +336,7 @@ impl Ring {
                 ) {
                     Ok(_) => {
                         let value = self.read(pos, len, take);
-                        slot.stamp.store(2 * (pos + self.cap), Ordering::Release);
+                        slot.stamp.store(empty + 2 * self.cap, Ordering::Release);
                         return Pop::Took(Claimed {
                             value,
                             pos,
@@ -328,7 +347,7 @@ impl Ring {
                     Err(now) => head = now,
                 }
             } else {
-                if stamp == 2 * pos {
+                if stamp == empty {
                     // Not written yet: empty, unless a sender has claimed
                     // the slot and is copying into it.
                     let tail = self.tail.load(Ordering::SeqCst);
@@ -346,7 +365,8 @@ impl Ring {
     /// empty" check after receiving `pos - 1` that touches only the line the
     /// next receive reads anyway.
     pub(super) fn is_ready(&self, pos: u64) -> bool {
-        self.slot(pos).stamp.load(Ordering::Acquire) == 2 * pos + 1
+        let (slot, empty) = self.slot(pos);
+        slot.stamp.load(Ordering::Acquire) == empty + 1
     }
 
     /// Whether the slot of message `pos` is free for it or beyond (message
@@ -354,14 +374,15 @@ impl Ring {
     /// Stamps only grow, so `is_free_for(q + cap)` says message `q` has been
     /// received.
     pub(super) fn is_free_for(&self, pos: u64) -> bool {
-        self.slot(pos).stamp.load(Ordering::Acquire) >= 2 * pos
+        let (slot, empty) = self.slot(pos);
+        slot.stamp.load(Ordering::Acquire) >= empty
     }
 
     /// The length of message `pos`, for counting what is queued. Only
     /// meaningful for `head <= pos < tail`, and exact when no call is in
     /// progress.
     pub(super) fn len_at(&self, pos: u64) -> usize {
-        self.slot(pos).len.load(Ordering::Relaxed)
+        self.slot(pos).0.len.load(Ordering::Relaxed) as usize
     }
 
     /// Gives each message still queued to `f`, oldest first, and returns how
@@ -375,4 +396,8 @@ impl Ring {
         }
         tail - head
     }
+}
+
+pub(super) fn no_memory() -> Error {
+    Error::Os(io::Error::from_raw_os_error(libc::ENOMEM))
 }

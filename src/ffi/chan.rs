@@ -31,10 +31,11 @@ pub const EVENTQ_LOW_WATER_DEFAULT: usize = usize::MAX;
 pub const EVENTQ_DEFAULT_MAX_MSG_SIZE: usize = 1 << 20;
 const _: () = assert!(EVENTQ_DEFAULT_MAX_MSG_SIZE == crate::chan::DEFAULT_MAX_MSG_SIZE);
 
-/// The largest capacity accepted. Slots (96 bytes each, plus the reused
-/// buffer of each slot that has carried a message over 48 bytes) are
-/// allocated by eventq_chan_new, so a capacity is a memory commitment:
-/// about 1.5 GiB at this maximum.
+/// The largest capacity accepted. Slots (64 bytes each) are allocated
+/// zeroed by eventq_chan_new, and the first message over 48 bytes
+/// allocates a buffer per slot (32 bytes each, plus the reused buffer of
+/// each slot that has carried such a message): about 1.5 GiB of address
+/// space at this maximum, resident only as messages reach the slots.
 pub const EVENTQ_MAX_CAPACITY: usize = 1 << 24;
 const _: () = assert!(EVENTQ_MAX_CAPACITY == crate::chan::MAX_CAPACITY);
 
@@ -222,7 +223,12 @@ pub extern "C" fn eventq_chan_opts_init(opts: *mut eventq_chan_opts, size: usize
 /// EVENTQ_CHAN_OPTS_SIZE_MIN, a capacity of 0 or above EVENTQ_MAX_CAPACITY,
 /// max_msg_size above max_bytes, or low_water not below capacity; -E2BIG
 /// when opts sets fields this version does not know; -EMFILE/-ENFILE when
-/// no fd is left for its eventfds; -ENOMEM.
+/// no fd is left for its receive eventfd; -ENOMEM.
+///
+/// Cost: one fd (the receive eventfd; the send eventfd is created by the
+/// first eventq_chan_send_fd) and, while idle, a few KiB of resident
+/// memory whatever the capacity: the slots are allocated zeroed and their
+/// pages become resident only as messages reach them.
 ///
 /// Thread safety: any thread.
 #[no_mangle]
@@ -344,6 +350,12 @@ pub extern "C" fn eventq_chan_recv_fd(chan: *const eventq_chan) -> c_int {
 /// limit also in bytes: max_bytes/2). Owned by the channel: poll it,
 /// never read, write or close it. -EINVAL for NULL.
 ///
+/// The first call (on any handle of the channel) creates the fd, at the
+/// level the channel's state gives it, and every later call returns the
+/// same one: a channel never asked for it has one fd. Only that first call
+/// can fail: -EMFILE, -ENFILE or -ENOMEM when the eventfd cannot be
+/// created, and a later call tries again.
+///
 /// Edge-triggered waiters may send until -EAGAIN (or a short batch) and then
 /// wait for the next event: after any send refused for lack of room, the fd
 /// gets a new event when it is due readable as above (a refused send leaves
@@ -352,7 +364,12 @@ pub extern "C" fn eventq_chan_recv_fd(chan: *const eventq_chan) -> c_int {
 /// Thread safety: any thread.
 #[no_mangle]
 pub extern "C" fn eventq_chan_send_fd(chan: *const eventq_chan) -> c_int {
-    boundary!(PANIC, { check!(chan_ref(chan)).send_raw_fd() })
+    boundary!(PANIC, {
+        match check!(chan_ref(chan)).send_raw_fd() {
+            Ok(fd) => fd,
+            Err(e) => neg(&e),
+        }
+    })
 }
 
 /// Queues a copy of the `len` bytes at `data` (NULL only with len 0; empty

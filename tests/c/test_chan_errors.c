@@ -311,26 +311,38 @@ static void test_emfile(void)
     REQUIRE("open /dev/null", lowest >= 0);
     close(lowest);
 
-    for (int room = 0; room <= 1; room++) {
-        /* room 0: no fd at all; room 1: one fd, so the second eventfd fails. */
-        struct rlimit lim = old;
-        lim.rlim_cur = (rlim_t)lowest + (rlim_t)room;
-        REQUIRE("setrlimit", setrlimit(RLIMIT_NOFILE, &lim) == 0);
-        eventq_chan *out = (eventq_chan *)&lim;
-        int rc = eventq_chan_new(NULL, &out);
-        REQUIRE("restore rlimit", setrlimit(RLIMIT_NOFILE, &old) == 0);
-        saw(rc);
-        CHECK_MSG(room ? "new with one fd left: -EMFILE, *out alone"
-                       : "new with no fd left: -EMFILE, *out alone",
-                  rc == -EMFILE && out == (eventq_chan *)&lim, "rc=%d", rc);
-        int again = open("/dev/null", O_RDONLY | O_CLOEXEC);
-        CHECK_MSG(room ? "failed new closed the eventfd it had made"
-                       : "failed new leaked no fd",
-                  again == lowest, "lowest free fd was %d, now %d", lowest, again);
-        if (again >= 0)
-            close(again);
-    }
+    /* No fd at all: creation (which makes the receive eventfd) fails. */
+    struct rlimit lim = old;
+    lim.rlim_cur = (rlim_t)lowest;
+    REQUIRE("setrlimit", setrlimit(RLIMIT_NOFILE, &lim) == 0);
+    eventq_chan *out = (eventq_chan *)&lim;
+    int rc = eventq_chan_new(NULL, &out);
+    REQUIRE("restore rlimit", setrlimit(RLIMIT_NOFILE, &old) == 0);
+    saw(rc);
+    CHECK_MSG("new with no fd left: -EMFILE, *out alone",
+              rc == -EMFILE && out == (eventq_chan *)&lim, "rc=%d", rc);
+    int again = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    CHECK_MSG("failed new leaked no fd", again == lowest, "lowest free fd was %d, now %d", lowest,
+              again);
+    if (again >= 0)
+        close(again);
+
+    /* One fd: creation works, and the send fd (made on first use) fails
+     * until the limit is restored. */
+    lim.rlim_cur = (rlim_t)lowest + 1;
+    REQUIRE("setrlimit", setrlimit(RLIMIT_NOFILE, &lim) == 0);
     eventq_chan *ch = NULL;
+    rc = eventq_chan_new(NULL, &ch);
+    int sfd = rc == 0 ? eventq_chan_send_fd(ch) : 0;
+    REQUIRE("restore rlimit", setrlimit(RLIMIT_NOFILE, &old) == 0);
+    CHECK_INT("new with one fd left", rc, 0);
+    REQUIRE("a channel", rc == 0);
+    saw(sfd);
+    CHECK_INT("send fd with no fd left: -EMFILE", sfd, -EMFILE);
+    sfd = eventq_chan_send_fd(ch);
+    CHECK_MSG("send fd after the limit is restored", sfd > lowest, "%d", sfd);
+    CHECK_INT("... and the same again", eventq_chan_send_fd(ch), sfd);
+    eventq_chan_free(ch);
     CHECK_INT("new works again after the limit is restored", eventq_chan_new(NULL, &ch), 0);
     eventq_chan_free(ch);
 }

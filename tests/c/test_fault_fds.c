@@ -9,7 +9,8 @@
  * working with no fd left (sends, receives, polls, posts and channel sources
  * need no new fd).
  *
- *   eventq_chan_new        2 eventfds
+ *   eventq_chan_new        1 eventfd (receive)
+ *   eventq_chan_send_fd    the send eventfd, on its first call only
  *   eventq_loop_new        an epoll fd, 3 eventfds (posts x2, stop)
  *   eventq_loop_add_timer  a timerfd
  *   eventq_loop_add_signal a signalfd
@@ -160,10 +161,11 @@ static void chan_new_case(void)
         CHECK_MSG(what, same_fds(&before_set, &after_set), "%d open before, %d after",
                   before_set.n, after_set.n);
     }
-    CHECK_INT("eventq_chan_new succeeds with 2 fds left", k, 2);
+    CHECK_INT("eventq_chan_new succeeds with 1 fd left", k, 1);
     REQUIRE("a channel", rc == 0);
 
     /* With no fd left, an existing channel works: nothing opens an fd. */
+    snapshot(&before_set);
     allow_fds(0);
     uint8_t buf[8];
     size_t len;
@@ -174,8 +176,30 @@ static void chan_new_case(void)
     CHECK_INT("no fd left: receive", eventq_chan_recv(c2, buf, sizeof buf, &len, 0), 0);
     CHECK("no fd left: the message whole", len == 3 && memcmp(buf, "abc", 3) == 0);
     CHECK_INT("no fd left: recv fd not readable", fd_readable(eventq_chan_recv_fd(ch)), 0);
-    eventq_chan_free(c2);
+
+    /* The send fd is made on first use: with no fd left that fails, leaks
+     * nothing, and a later call (on any handle) makes it, at the level of
+     * the channel's state then: full, so not readable. */
+    CHECK_INT("no fd left: send fd -EMFILE", eventq_chan_send_fd(ch), -EMFILE);
+    for (int i = 1; eventq_chan_send(ch, "x", 1, 0) == 0; i++)
+        REQUIRE("fill within capacity", i <= EVENTQ_DEFAULT_CAPACITY);
     restore_fds();
+    snapshot(&after_set);
+    CHECK_MSG("... no fd leaked", same_fds(&before_set, &after_set), "%d open before, %d after",
+              before_set.n, after_set.n);
+    allow_fds(1);
+    int sfd = eventq_chan_send_fd(c2);
+    restore_fds();
+    CHECK("one fd left: send fd made", sfd >= 0);
+    CHECK_INT("... the same from every handle", eventq_chan_send_fd(ch), sfd);
+    CHECK_INT("... not readable: the channel is full", fd_readable(sfd), 0);
+    snapshot(&after_set);
+    CHECK_MSG("... one more fd", after_set.n == before_set.n + 1, "%d open before, %d after",
+              before_set.n, after_set.n);
+    while (eventq_chan_recv(ch, buf, sizeof buf, &len, 0) == 0)
+        ;
+    CHECK_INT("drained: send fd readable", fd_readable(sfd), 1);
+    eventq_chan_free(c2);
     snapshot(&before_set);
     eventq_chan_free(ch);
     snapshot(&after_set);

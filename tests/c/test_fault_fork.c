@@ -3,7 +3,8 @@
  * Fault: fork(2) with live channels and loops.
  *
  * A child inherits a copy of every handle's memory but shares the parent's
- * open files: each channel's two eventfds, and a loop's epoll, eventfd,
+ * open files: each channel's eventfds (receive, and send once asked for),
+ * and a loop's epoll, eventfd,
  * timerfd and signalfd. What this tests is the rule proposed for the
  * header:
  *
@@ -132,6 +133,9 @@ static void exec_case(const char *self)
     eventq_loop *lp;
     int ticks = 0;
     REQUIRE("chan_new", eventq_chan_new(NULL, &ch) == 0);
+    CHECK_MSG("a new channel has one fd (its send fd comes on first use)",
+              list_fds(after, 1024) == nb + 1, "%d before", nb);
+    REQUIRE("send_fd", eventq_chan_send_fd(ch) >= 0);
     REQUIRE("loop_new", eventq_loop_new(&lp) == 0);
     REQUIRE("add_timer", eventq_loop_add_timer(lp, 1000000000ull, 0, on_timer, &ticks, NULL, NULL) == 0);
     REQUIRE("add_signal", eventq_loop_add_signal(lp, SIGURG, on_sig, NULL, NULL, NULL) == 0);
@@ -152,7 +156,7 @@ static void exec_case(const char *self)
         argc++;
     }
     argv[argc] = NULL;
-    CHECK_MSG("the library made 6 fds (chan 2, loop 2, timer 1, signal 1)", made == 6,
+    CHECK_MSG("the library made 6 fds (chan 2 with its send fd, loop 2, timer 1, signal 1)", made == 6,
               "%d", made);
     CHECK("every one is FD_CLOEXEC", cloexec);
     pid_t pid = fork();

@@ -32,7 +32,7 @@ pub fn recv_ready(ch: &Chan) -> bool {
 
 /// Whether the channel's send fd is readable now.
 pub fn send_ready(ch: &Chan) -> bool {
-    readable(ch.send_fd().as_raw_fd())
+    readable(ch.send_fd().unwrap().as_raw_fd())
 }
 
 /// Blocks in poll(2) until `fd` is readable. Panics if that takes longer

@@ -69,6 +69,8 @@ _unpack = ffi.unpack
 
 # "nothing": the call found no message (or no room) within its timeout.
 _NOTHING: Any = object()
+# The fd argument of _wait/_await meaning the send fd, made when first polled.
+_SEND_FD = -1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -291,7 +293,9 @@ class Chan:
         self._final = final
         self._stash: collections.deque[bytes] = collections.deque()
         self._recv_fd = lib.eventq_chan_recv_fd(ptr)
-        self._send_fd = lib.eventq_chan_send_fd(ptr)
+        # Made by the library on the channel's first request (_send_fd_of):
+        # a channel never waited on for room has one fd.
+        self._send_fd = -1
         # The handle is freed when the last reference to this cdata goes:
         # release() drops the Chan's, and each call in progress holds one,
         # so a release never frees a handle under a running call.
@@ -345,9 +349,19 @@ class Chan:
 
     def send_fileno(self) -> int:
         """The send fd: not readable while the channel is full and open;
-        readable once it drained to low water, or is closed."""
-        self._handle()
-        return self._send_fd
+        readable once it drained to low water, or is closed. The first call
+        on the channel makes it (OSError EMFILE if no fd is left)."""
+        return self._send_fd_of(self._handle())
+
+    def _send_fd_of(self, p: Any) -> int:
+        """The send fd, asked of the library the first time."""
+        fd = self._send_fd
+        if fd < 0:
+            fd = lib.eventq_chan_send_fd(p)
+            if fd < 0:
+                raise error_for(fd, "send_fd")
+            self._send_fd = fd
+        return fd
 
     # --- sending -------------------------------------------------------------
 
@@ -381,11 +395,12 @@ class Chan:
             return
         if rc != _EAGAIN:
             raise self._send_error(rc, n)
-        self._wait(p, timeout, self._send_fd, lambda ns: self._send_once(p, c_data, n, ns))
+        self._wait(p, timeout, _SEND_FD, lambda ns: self._send_once(p, c_data, n, ns))
 
     def _wait(self, p: Any, timeout: Optional[float], fd: int, attempt: Any) -> Any:
         """Retries `attempt(timeout_ns)` (which returns _NOTHING or False when
-        it got nothing) until it succeeds or the timeout runs out."""
+        it got nothing) until it succeeds or the timeout runs out, polling fd
+        (_SEND_FD: the send fd, made only if polled)."""
         ns = _timeout_ns(timeout)
         if ns == 0:
             raise WouldBlock(_errno.EAGAIN, strerror(_EAGAIN))
@@ -394,6 +409,8 @@ class Chan:
             if r is not _NOTHING and r is not False:
                 return r
             raise Timeout(_errno.ETIMEDOUT, strerror(_ETIMEDOUT))
+        if fd == _SEND_FD:
+            fd = self._send_fd_of(p)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             ready = poll_fd(fd, deadline)
@@ -439,7 +456,7 @@ class Chan:
         attempt = self._batch_sender(p, msgs)
         r = attempt(0)
         if r is _NOTHING:
-            r = self._wait(p, timeout, self._send_fd, attempt)
+            r = self._wait(p, timeout, _SEND_FD, attempt)
         return r
 
     # --- receiving -----------------------------------------------------------
@@ -626,6 +643,8 @@ class Chan:
         retries attempt(0) in the coroutine (never in a callback)."""
         if timeout == 0:
             raise WouldBlock(_errno.EAGAIN, strerror(_EAGAIN))
+        if fd == _SEND_FD:
+            fd = self._send_fd_of(p)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
@@ -671,7 +690,7 @@ class Chan:
         c_data, n = _as_c_data(data)
         if self._send_once(p, c_data, n, 0):
             return
-        await self._await(p, timeout, self._send_fd, lambda ns: self._send_once(p, c_data, n, ns))
+        await self._await(p, timeout, _SEND_FD, lambda ns: self._send_once(p, c_data, n, ns))
 
     async def send_batch_async(self, msgs: Sequence[Buffer], timeout: Optional[float] = None) -> int:
         """send_batch() for asyncio: returns how many were queued."""
@@ -683,7 +702,7 @@ class Chan:
         attempt = self._batch_sender(p, msgs)
         r = attempt(0)
         if r is _NOTHING:
-            r = await self._await(p, timeout, self._send_fd, attempt)
+            r = await self._await(p, timeout, _SEND_FD, attempt)
         return r
 
     def __aiter__(self) -> AsyncIterator[bytes]:
@@ -738,7 +757,8 @@ class Chan:
     def __repr__(self) -> str:
         if self._p is None:
             return "<eventq.Chan released>"
-        return f"<eventq.Chan fd={self._recv_fd} send_fd={self._send_fd}>"
+        send_fd = self._send_fd if self._send_fd >= 0 else "not made"
+        return f"<eventq.Chan fd={self._recv_fd} send_fd={send_fd}>"
 
 
 class _AsyncMessages:

@@ -232,6 +232,32 @@ def test_timeouts(where: str) -> None:
     ch.release()
 
 
+def test_send_fd_is_made_on_first_use() -> None:
+    """A channel has one fd until its send fd is asked for (or a send waits
+    for room on it); the send fd starts at the level of the channel's state."""
+    import os
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_fds()
+    ch = eventq.Chan(2)
+    assert open_fds() == before + 1
+    ch.send(b"1")
+    ch.send(b"2")
+    with pytest.raises(BlockingIOError):
+        ch.send(b"3", 0)
+    assert open_fds() == before + 1  # full, refused: still no send fd
+    assert "not made" in repr(ch)
+    sfd = ch.send_fileno()
+    assert open_fds() == before + 2 and not readable(sfd)  # made down: full
+    assert ch.send_fileno() == sfd
+    drain(ch)
+    assert readable(sfd)
+    ch.release()
+    assert open_fds() == before
+
+
 def test_fds_follow_the_queue() -> None:
     """D4: the receive fd is readable iff messages are pending (or closed);
     D5: the send fd is down while full and up again at low water."""
