@@ -555,7 +555,7 @@ impl Transport for EqEpoll {
                 Ok(()) => return,
                 Err(Error::WouldBlock) => {
                     let mut pfd = libc::pollfd {
-                        fd: tx.send_fd().as_raw_fd(),
+                        fd: tx.send_fd().expect("libeventq send fd").as_raw_fd(),
                         events: libc::POLLIN,
                         revents: 0,
                     };
