@@ -394,7 +394,7 @@ fn every_end_of_stream_report_writes_the_receive_fd() {
         closed
     }
     model(|| {
-        let chan = Chan::new(Options::new(2)).unwrap();
+        let chan = opened(Options::new(2));
         let tx = chan.clone();
         let closer = thread::spawn(move || {
             let _ = tx.send(b"1", Wait::Never);
