@@ -10,13 +10,17 @@
 //!   `Wait::Never` and, when the channel is full, waits in `poll` on the
 //!   send fd.
 //!
-//! The cases alternate, each repeated; the table gives medians of ns per
-//! message and the ratio blocking / epoll (a ratio within one run is the
-//! only figure that means anything on a loaded machine). Every message is
+//! The cases alternate, each repeated; the table gives the median and the
+//! best of the reps in ns per message, the ratio blocking / epoll of each
+//! (a ratio within one run is the only figure that means anything on a
+//! loaded machine; the best of many short reps is the least disturbed by
+//! other load), and receive doorbell writes per message. Every message is
 //! checked (its sequence number in the first 8 bytes, its length).
 //!
 //! `--smoke` (or `EVENTQ_BENCH_SMOKE=1`): tiny counts, one repetition; it
-//! checks delivery, never speed. `--msgs N`, `--reps N` set the counts.
+//! checks delivery, never speed. `--msgs N`, `--reps N` set the counts;
+//! `--size BYTES` runs one size, `--only blocking|epoll` one path (for a
+//! profiler).
 //! Nothing here asserts a timing.
 
 use std::os::fd::{AsRawFd, RawFd};
@@ -97,8 +101,8 @@ fn poll_readable(fd: RawFd) {
 }
 
 /// Moves `n` messages of `size` bytes from one thread to another; returns
-/// ns per message.
-fn run(path: Path, size: usize, n: u64) -> f64 {
+/// ns per message and receive doorbell rings (writes) per message.
+fn run(path: Path, size: usize, n: u64) -> (f64, f64) {
     let chan = Chan::new(Options::new(CAPACITY)).expect("Chan::new");
     let rx = chan.clone();
     let t0 = Instant::now();
@@ -144,28 +148,42 @@ fn run(path: Path, size: usize, n: u64) -> f64 {
     let got = consumer.join().expect("consumer");
     let ns = t0.elapsed().as_nanos() as f64 / n as f64;
     assert_eq!(got, n, "delivered");
-    ns
+    let rings = chan.stats().recv_doorbell_rings as f64 / n as f64;
+    (ns, rings)
 }
 
+/// The median; NaN for none.
 fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 fn main() {
     let mut smoke = std::env::var_os("EVENTQ_BENCH_SMOKE").is_some_and(|v| v != "0");
     let mut msgs: Option<u64> = None;
     let mut reps: Option<usize> = None;
+    let mut only: Option<String> = None;
+    let mut sizes = vec![8usize, 1024];
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--smoke" => smoke = true,
             "--msgs" => msgs = args.next().and_then(|v| v.parse().ok()),
             "--reps" => reps = args.next().and_then(|v| v.parse().ok()),
+            "--only" => only = args.next(),
+            "--size" => {
+                sizes = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .into_iter()
+                    .collect()
+            }
             // cargo bench passes --bench.
             "--bench" => {}
             _ => {
-                eprintln!("usage: blocking [--smoke] [--msgs N] [--reps N]");
+                eprintln!(
+                    "usage: blocking [--smoke] [--msgs N] [--reps N] [--size BYTES] [--only blocking|epoll]"
+                );
                 std::process::exit(2);
             }
         }
@@ -176,36 +194,52 @@ fn main() {
         (msgs.unwrap_or(2_000_000), reps.unwrap_or(5).max(1))
     };
     println!("blocking vs epoll path, 1P1C, capacity {CAPACITY}, {n} messages x {reps} reps");
+    println!("(ns per message: median and best of the reps; ratio = blocking / epoll)");
     println!(
-        "{:<8} {:<26} {:>10} {:>10}",
-        "size", "path", "ns/msg", "vs epoll"
+        "{:<6} {:<26} {:>8} {:>8} {:>9} {:>9} {:>9}",
+        "size", "path", "median", "best", "ratio", "ratio", "rings"
     );
-    for size in [8usize, 1024] {
+    println!(
+        "{:<6} {:<26} {:>8} {:>8} {:>9} {:>9} {:>9}",
+        "", "", "", "", "(median)", "(best)", "/msg"
+    );
+    for size in sizes {
+        // [path][rep]: (ns/msg, rings/msg); the paths alternate.
         let mut t = [Vec::new(), Vec::new()];
         for _ in 0..reps {
             for (i, path) in [Path::Epoll, Path::Blocking].into_iter().enumerate() {
-                t[i].push(run(path, size, n));
+                // --only (for a profiler): the other path is not run.
+                if only.as_deref().is_none_or(|o| path.name().starts_with(o)) {
+                    t[i].push(run(path, size, n));
+                }
             }
         }
-        let epoll = median(&mut t[0]);
-        let blocking = median(&mut t[1]);
         if smoke {
-            println!("{size:<8} delivered (smoke: no timing)");
+            println!("{size:<6} delivered (smoke: no timing)");
             continue;
         }
-        println!(
-            "{:<8} {:<26} {:>10.1} {:>10}",
-            size,
-            Path::Epoll.name(),
-            epoll,
-            "1.00"
-        );
-        println!(
-            "{:<8} {:<26} {:>10.1} {:>10.2}",
-            size,
-            Path::Blocking.name(),
-            blocking,
-            blocking / epoll
-        );
+        let stat = |v: &[(f64, f64)]| {
+            let mut ns: Vec<f64> = v.iter().map(|r| r.0).collect();
+            let mut rings: Vec<f64> = v.iter().map(|r| r.1).collect();
+            let best = ns.iter().copied().fold(f64::NAN, f64::min);
+            (median(&mut ns), best, median(&mut rings))
+        };
+        let (em, eb, er) = stat(&t[0]);
+        let (bm, bb, br) = stat(&t[1]);
+        for (path, m, b, r, rm, rb) in [
+            (Path::Epoll, em, eb, er, 1.0, 1.0),
+            (Path::Blocking, bm, bb, br, bm / em, bb / eb),
+        ] {
+            println!(
+                "{:<6} {:<26} {:>8.1} {:>8.1} {:>9.2} {:>9.2} {:>9.4}",
+                size,
+                path.name(),
+                m,
+                b,
+                rm,
+                rb,
+                r
+            );
+        }
     }
 }

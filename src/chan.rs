@@ -41,7 +41,8 @@ use self::ring::{
 };
 use crate::error::{Error, Result};
 use crate::sync::{
-    fence, AtomicBool, AtomicU64, AtomicUsize, Condvar, EventFd, Mutex, MutexGuard, Ordering,
+    fence, AtomicBool, AtomicU64, AtomicUsize, Backoff, Condvar, EventFd, Mutex, MutexGuard,
+    Ordering,
 };
 
 /// The largest capacity a channel accepts. A channel's slots (96 bytes
@@ -1055,6 +1056,7 @@ impl Shared {
         take: &mut impl FnMut(Payload<'_>) -> T,
     ) -> Result<Claimed<T>> {
         let mut deadline = None;
+        let mut spin = Backoff::new();
         loop {
             match self.ring.pop(&accept, &mut *take) {
                 Pop::Took(c) => return Ok(c),
@@ -1076,6 +1078,13 @@ impl Shared {
                         }
                         return Err(e);
                     }
+                    // Spin, then yield, a little before parking: a steady
+                    // stream whose receiver catches up with its sender then
+                    // finds the next message without a futex sleep and wake.
+                    if !spin.is_completed() {
+                        spin.snooze();
+                        continue;
+                    }
                     self.wait_for_message(deadline);
                 }
             }
@@ -1090,12 +1099,19 @@ impl Shared {
         let mut sleepers = self.waiting.lock();
         let tail = self.ring.tail.fetch_or(TAIL_RECV_WAITERS, Ordering::SeqCst);
         let head = self.ring.head.fetch_or(0, Ordering::SeqCst);
-        if tail & TAIL_CLOSED != 0 || position(tail) != position(head) {
-            return;
+        if tail & TAIL_CLOSED == 0 && position(tail) == position(head) {
+            sleepers.receivers += 1;
+            self.sleep(&self.readable, &mut sleepers, deadline);
+            sleepers.receivers -= 1;
         }
-        sleepers.receivers += 1;
-        self.sleep(&self.readable, &mut sleepers, deadline);
-        sleepers.receivers -= 1;
+        // Nobody asleep (a message came first, or the wait timed out): take
+        // the announcement back, so the next send does not take `waiting`.
+        // Any receiver about to sleep sets it again under `waiting`.
+        if sleepers.receivers == 0 {
+            self.ring
+                .tail
+                .fetch_and(!TAIL_RECV_WAITERS, Ordering::SeqCst);
+        }
     }
 
     /// Sleeps until the queue drains to the low-water mark or closes, unless
