@@ -1106,8 +1106,10 @@ impl Shared {
         }
         // Nobody asleep (a message came first, or the wait timed out): take
         // the announcement back, so the next send does not take `waiting`.
-        // Any receiver about to sleep sets it again under `waiting`.
-        if sleepers.receivers == 0 {
+        // Only receivers set it, under `waiting`, so the load is exact; it
+        // spares the `tail` line a write when a waker already cleared it.
+        if sleepers.receivers == 0 && self.ring.tail.load(Ordering::SeqCst) & TAIL_RECV_WAITERS != 0
+        {
             self.ring
                 .tail
                 .fetch_and(!TAIL_RECV_WAITERS, Ordering::SeqCst);
