@@ -41,8 +41,7 @@ use self::ring::{
 };
 use crate::error::{Error, Result};
 use crate::sync::{
-    fence, AtomicBool, AtomicU64, AtomicUsize, Backoff, Condvar, EventFd, Mutex, MutexGuard,
-    Ordering,
+    fence, AtomicBool, AtomicU64, AtomicUsize, Condvar, EventFd, Mutex, MutexGuard, Ordering,
 };
 
 /// The largest capacity a channel accepts. A channel's slots (96 bytes
@@ -1056,7 +1055,6 @@ impl Shared {
         take: &mut impl FnMut(Payload<'_>) -> T,
     ) -> Result<Claimed<T>> {
         let mut deadline = None;
-        let mut spin = Backoff::new();
         loop {
             match self.ring.pop(&accept, &mut *take) {
                 Pop::Took(c) => return Ok(c),
@@ -1077,13 +1075,6 @@ impl Shared {
                             continue;
                         }
                         return Err(e);
-                    }
-                    // Spin, then yield, a little before parking: a steady
-                    // stream whose receiver catches up with its sender then
-                    // finds the next message without a futex sleep and wake.
-                    if !spin.is_completed() {
-                        spin.snooze();
-                        continue;
                     }
                     self.wait_for_message(deadline);
                 }

@@ -33,15 +33,14 @@ impl Backoff {
 
     #[cfg(not(loom))]
     pub(crate) fn snooze(&mut self) {
-        if self.0 < SPIN_STEPS {
+        if self.0 < 6 {
             for _ in 0..1u32 << self.0 {
                 std::hint::spin_loop();
             }
+            self.0 += 1;
         } else {
             std::thread::yield_now();
         }
-        // Counted up to where `is_completed` says park, and no further.
-        self.0 = (self.0 + 1).min(PARK_AFTER);
     }
 
     /// loom must be told about every spin, or it explores it forever.
@@ -50,26 +49,7 @@ impl Backoff {
         self.0 += 1;
         loom::thread::yield_now();
     }
-
-    /// For a thread about to park: whether it has snoozed long enough (the
-    /// growing spins, then a few yields) to park now. Under loom after one
-    /// snooze: the model keeps the spin-then-park path at little cost.
-    pub(crate) fn is_completed(&self) -> bool {
-        self.0 >= PARK_AFTER
-    }
 }
-
-/// Snoozes that spin (growing: 63 pause hints in all, about 1.5 us here);
-/// the later ones yield.
-#[cfg(not(loom))]
-const SPIN_STEPS: u32 = 6;
-
-/// Snoozes before a blocked receiver parks: the spins then 4 yields, as
-/// crossbeam's blocking channels.
-#[cfg(not(loom))]
-const PARK_AFTER: u32 = SPIN_STEPS + 4;
-#[cfg(loom)]
-const PARK_AFTER: u32 = 1;
 
 /// A word of a message stored in its slot. Under loom it is std's atomic,
 /// outside the model like `SlotBuf` below: the slot's stamp orders it, and

@@ -113,13 +113,13 @@ fn a_blocked_receiver_is_always_woken() {
     });
 }
 
-/// A blocking receiver spins, then announces itself (`TAIL_RECV_WAITERS`)
-/// and parks. A send racing the announcement can make it find a message
-/// instead; it then takes the announcement back, there being no sleeper,
-/// and the send that follows skips `waiting`. It must still be woken when it
-/// parks for the second message, whichever order these happen in.
+/// A blocking receiver announces itself (`TAIL_RECV_WAITERS`) and parks. A
+/// send racing the announcement can make it find a message instead; it
+/// then takes the announcement back, there being no sleeper, and the send
+/// that follows skips `waiting`. It must still be woken when it parks for
+/// the second message, whichever order these happen in.
 #[test]
-fn a_receiver_that_spins_then_parks_is_woken_for_each_message() {
+fn a_receiver_that_takes_back_its_announcement_is_still_woken() {
     model(|| {
         let chan = Chan::new(Options::new(2)).unwrap();
         let rx = chan.clone();
