@@ -975,14 +975,6 @@ func (c *Chan) putWaiter(d direction, w *waiter) {
 	w.f.Close()
 }
 
-// A call that found the channel empty (or full) tries again up to
-// spinTries times (one cgo call each, about 30 ns here, so about 2 us in
-// all), yielding its P every spinYieldEvery tries, before it parks.
-const (
-	spinTries      = 64
-	spinYieldEvery = 8
-)
-
 // parkHook, if set (by the tests), runs each time a waiter is about to
 // park in the netpoller.
 var parkHook atomic.Pointer[func(*Chan, direction)]
@@ -1024,19 +1016,6 @@ func deadlineWhenDone(ctx context.Context, f *os.File) (unwatch func()) {
 func (c *Chan) wait(ctx context.Context, d direction, op func() C.int) (C.int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
-	}
-	// Try again a few times before parking: in a steady stream the other
-	// side is mid-call, and its next message (or the room it frees) comes
-	// within a few of our calls, whereas a park and its wake-up go through
-	// the netpoller and an eventfd write, tens of microseconds when the
-	// waking thread's CPU is idle or busy with other work.
-	for i := range spinTries {
-		if i%spinYieldEvery == spinYieldEvery-1 {
-			runtime.Gosched()
-		}
-		if rc := op(); rc != eagain {
-			return rc, nil
-		}
 	}
 	w, err := c.getWaiter(d)
 	if err != nil {
