@@ -516,6 +516,20 @@ GO_BENCH_ARGS ?= -bench . -count 5
 .PHONY: bench-go
 bench-go: need-go $(TEST_STAMP)
 	cd $(GO_DIR) && $(GO_ENV) $(GO) test -run '^$$' -benchmem $(GO_BENCH_ARGS)
+# `make bench` also runs benches/blocking.rs (`make bench-blocking`): the
+# blocking single-message path (send/recv_into with Wait::Forever) against
+# the epoll path (Wait::Never, epoll_wait on the receive fd, poll on the
+# send fd), 1P1C, 8 B and 1 KiB, in one run, with the ratio.
+# BLOCKING_ARGS passes options: --msgs N, --reps N. Stage
+# blocking-bench-smoke: the same with tiny counts (--smoke): delivery only.
+BLOCKING_ARGS ?=
+TEST_STAGES += blocking-bench-smoke
+.PHONY: bench-blocking test-blocking-bench-smoke
+bench: bench-blocking
+bench-blocking: | need-cargo
+	$(CARGO) bench --bench blocking -- $(BLOCKING_ARGS)
+test-blocking-bench-smoke: | need-cargo
+	$(CARGO) bench --bench blocking -- --smoke
 # --- End of benchmark section -----------------------------------------------
 
 # --- Peer benchmark (C): libeventq against libuv, ZeroMQ, nng and GLib ------

@@ -1288,12 +1288,21 @@ impl Shared {
         let mut sleepers = self.waiting.lock();
         let tail = self.ring.tail.fetch_or(TAIL_RECV_WAITERS, Ordering::SeqCst);
         let head = self.ring.head.fetch_or(0, Ordering::SeqCst);
-        if tail & TAIL_CLOSED != 0 || position(tail) != position(head) {
-            return;
+        if tail & TAIL_CLOSED == 0 && position(tail) == position(head) {
+            sleepers.receivers += 1;
+            self.sleep(&self.readable, &mut sleepers, deadline);
+            sleepers.receivers -= 1;
         }
-        sleepers.receivers += 1;
-        self.sleep(&self.readable, &mut sleepers, deadline);
-        sleepers.receivers -= 1;
+        // Nobody asleep (a message came first, or the wait timed out): take
+        // the announcement back, so the next send does not take `waiting`.
+        // Only receivers set it, under `waiting`, so the load is exact; it
+        // spares the `tail` line a write when a waker already cleared it.
+        if sleepers.receivers == 0 && self.ring.tail.load(Ordering::SeqCst) & TAIL_RECV_WAITERS != 0
+        {
+            self.ring
+                .tail
+                .fetch_and(!TAIL_RECV_WAITERS, Ordering::SeqCst);
+        }
     }
 
     /// Sleeps until the queue drains to the low-water mark or closes, unless

@@ -126,6 +126,25 @@ fn a_blocked_receiver_is_always_woken() {
     });
 }
 
+/// A blocking receiver announces itself (`TAIL_RECV_WAITERS`) and parks. A
+/// send racing the announcement can make it find a message instead; it
+/// then takes the announcement back, there being no sleeper, and the send
+/// that follows skips `waiting`. It must still be woken when it parks for
+/// the second message, whichever order these happen in.
+#[test]
+fn a_receiver_that_takes_back_its_announcement_is_still_woken() {
+    model(|| {
+        let chan = Chan::new(Options::new(2)).unwrap();
+        let rx = chan.clone();
+        let consumer = thread::spawn(move || (rx.recv(Wait::Forever), rx.recv(Wait::Forever)));
+        chan.send(b"a", Wait::Forever).unwrap();
+        chan.send(b"b", Wait::Forever).unwrap();
+        let (a, b) = consumer.join().unwrap();
+        assert_eq!((a.unwrap(), b.unwrap()), (b"a".to_vec(), b"b".to_vec()));
+        assert_doorbells_match(&chan);
+    });
+}
+
 #[test]
 fn a_blocked_sender_is_always_woken_and_the_send_doorbell_follows() {
     model(|| {
