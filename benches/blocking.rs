@@ -130,7 +130,7 @@ fn run(path: Path, size: usize, n: u64) -> (f64, f64) {
         next
     });
     let mut msg = vec![0xa5u8; size];
-    let send_fd = chan.send_fd().as_raw_fd();
+    let send_fd = chan.send_fd().expect("libeventq send fd").as_raw_fd();
     for seq in 0..n {
         msg[..8].copy_from_slice(&seq.to_le_bytes());
         match path {
