@@ -9,10 +9,13 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
+// The loom model's slots are plain boxes.
+#[cfg(not(loom))]
 /// A cache line of atomic words: a channel slot.
 #[repr(C, align(64))]
 pub(crate) struct Line(pub(crate) [std::sync::atomic::AtomicU64; 8]);
 
+#[cfg(not(loom))]
 /// Zeroed cache lines in an anonymous private mapping of their own: the
 /// kernel maps a page only when it is first touched, so lines never used
 /// cost no resident memory. (The allocator's calloc clears a block that
@@ -23,12 +26,15 @@ pub(crate) struct ZeroedLines {
     len: usize,
 }
 
+#[cfg(not(loom))]
 // SAFETY: the mapping is owned by this value and accessed only through
 // `&[Line]`, whose atomics are Sync.
 unsafe impl Send for ZeroedLines {}
+#[cfg(not(loom))]
 // SAFETY: as above.
 unsafe impl Sync for ZeroedLines {}
 
+#[cfg(not(loom))]
 impl ZeroedLines {
     /// `len` (at least 1) zeroed lines.
     pub(crate) fn new(len: usize) -> io::Result<ZeroedLines> {
@@ -55,6 +61,7 @@ impl ZeroedLines {
     }
 }
 
+#[cfg(not(loom))]
 impl std::ops::Deref for ZeroedLines {
     type Target = [Line];
     fn deref(&self) -> &[Line] {
@@ -65,6 +72,7 @@ impl std::ops::Deref for ZeroedLines {
     }
 }
 
+#[cfg(not(loom))]
 impl Drop for ZeroedLines {
     fn drop(&mut self) {
         // SAFETY: unmaps exactly the mapping made in `new`, which no
