@@ -695,13 +695,17 @@ static void op_send_batch(void)
         m_lower_send(c);
 }
 
-/* The outcome of waiting for a message: 0 (one is there) or the error. */
+/* The outcome of waiting for a message: 0 (one is there) or the error.
+ * Called once per receive that gets this far. */
 static int recv_wait_rc(struct mchan *c, int64_t t)
 {
     if (c->qlen)
         return 0;
-    if (c->closed)
+    if (c->closed) {
+        /* End of stream is passed on: the fd is written again (D6). */
+        c->rrings++;
         return -EPIPE;
+    }
     return blocked_rc(t);
 }
 
@@ -1052,6 +1056,7 @@ static int cb_chan(eventq_source *self, const void *data, size_t len, void *ud)
     if (data == NULL) {
         EXPECT(len == 0, "end of stream with a length");
         EXPECT(c->closed && c->qlen == 0, "end of stream while open or not drained (D6)");
+        c->rrings++; /* the receive that found it passed it on (D6) */
         s->eos = 1;
         s->eos_now = 1;
         s->enabled = 0;

@@ -780,34 +780,54 @@ impl Chan {
 /// A loop's channel source. Loops register the receive fd with
 /// EPOLLEXCLUSIVE, so one write wakes one of them; a loop that stops taking
 /// while messages remain (its budget spent, the loop stopped, the source
-/// disabled or removed) passes the wake on, if another loop consumes the channel.
-pub(crate) struct LoopConsumer(Chan);
+/// disabled or removed) passes the wake on, if another loop consumes the
+/// channel. Counted from `enlist`, once its source is registered, so a
+/// failed add neither counts nor writes.
+pub(crate) struct LoopConsumer {
+    chan: Chan,
+    enlisted: AtomicBool,
+}
 
 impl Chan {
     pub(crate) fn loop_consumer(&self) -> LoopConsumer {
-        self.shared.loop_consumers.fetch_add(1, Ordering::SeqCst);
-        LoopConsumer(self.clone())
-    }
-
-    /// Wakes another loop for the messages still pending, if one consumes
-    /// this channel.
-    pub(crate) fn pass_on(&self) {
-        if self.shared.loop_consumers.load(Ordering::SeqCst) > 1 {
-            self.shared.pass_on_pending();
+        LoopConsumer {
+            chan: self.clone(),
+            enlisted: AtomicBool::new(false),
         }
     }
 }
 
 impl LoopConsumer {
     pub(crate) fn chan(&self) -> &Chan {
-        &self.0
+        &self.chan
+    }
+
+    /// Counts this consumer in: its source is registered.
+    pub(crate) fn enlist(&self) {
+        if !self.enlisted.swap(true, Ordering::SeqCst) {
+            self.chan
+                .shared
+                .loop_consumers
+                .fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Wakes another loop for the messages still pending, if one consumes
+    /// this channel (this one counts until it is dropped).
+    pub(crate) fn pass_on(&self) {
+        if self.chan.shared.loop_consumers.load(Ordering::SeqCst) > 1 {
+            self.chan.shared.pass_on_pending();
+        }
     }
 }
 
 impl Drop for LoopConsumer {
     fn drop(&mut self) {
-        if self.0.shared.loop_consumers.fetch_sub(1, Ordering::SeqCst) > 1 {
-            self.0.shared.pass_on_pending();
+        let sh = &self.chan.shared;
+        if self.enlisted.load(Ordering::SeqCst)
+            && sh.loop_consumers.fetch_sub(1, Ordering::SeqCst) > 1
+        {
+            sh.pass_on_pending();
         }
     }
 }

@@ -144,7 +144,7 @@ enum Kind {
     },
     /// `eos`: end of stream was delivered; it is delivered once only.
     Chan {
-        chan: LoopConsumer,
+        chan: Arc<LoopConsumer>,
         eos: bool,
     },
     Signal {
@@ -534,15 +534,19 @@ impl Loop {
         chan: &Chan,
         make: impl FnOnce(SourceId) -> Callback,
     ) -> Result<SourceId> {
+        let consumer = Arc::new(chan.loop_consumer());
         let kind = Kind::Chan {
-            chan: chan.loop_consumer(),
+            chan: consumer.clone(),
             eos: false,
         };
         // Exclusive: when several loops consume one channel, a message wakes
         // one of them, not all (each passes an end of stream on, and a loop
         // that stops with messages left wakes the next: `LoopConsumer`).
         let entry = self.entry(kind, events::IN | libc::EPOLLEXCLUSIVE as u32, None);
-        self.add_entry(entry, |id| Some(make(id)))
+        self.add_entry(entry, |id| {
+            consumer.enlist();
+            Some(make(id))
+        })
     }
 
     /// Calls back when `signo` arrives. Blocks the signal in the calling
@@ -648,7 +652,7 @@ impl Loop {
             let _ = self.inner.epoll.delete(fd);
             entry.registered = false;
             if let Kind::Chan { chan, .. } = &entry.kind {
-                chan.chan().pass_on();
+                chan.pass_on();
             }
         }
         if !enabled && entry.enabled {
@@ -855,8 +859,11 @@ impl Loop {
                     let _ = self.apply_enabled(entry, id, false);
                     return 0;
                 }
-                let (chan, budget) = (chan.chan().clone(), entry.budget);
-                return self.dispatch_chan(tab, id, &chan, budget, since, lone);
+                // Held through the dispatch: a callback removing its own
+                // source leaves this consumer counted until the dispatch
+                // has passed the wake on.
+                let (consumer, budget) = (chan.clone(), entry.budget);
+                return self.dispatch_chan(tab, id, &consumer, budget, since, lone);
             }
             Kind::Fd(_) => {
                 if entry.events & events::ONESHOT != 0 {
@@ -916,11 +923,12 @@ impl Loop {
         &self,
         mut tab: MutexGuard<'_, Table>,
         id: SourceId,
-        chan: &Chan,
+        consumer: &LoopConsumer,
         budget: usize,
         since: u64,
         lone: bool,
     ) -> usize {
+        let chan = consumer.chan();
         let Some(mut cb) = tab.get_mut(id).and_then(|e| e.callback.take()) else {
             return 0;
         };
@@ -975,7 +983,7 @@ impl Loop {
             // stop, failure or removal cut the batch short) another loop on
             // this channel, asleep, may take what is left: wake it.
             if end == EachEnd::More {
-                chan.pass_on();
+                consumer.pass_on();
             }
             if end != EachEnd::More || cut || !lone || self.stopped(since) || !self.alone() {
                 break end;
