@@ -167,7 +167,18 @@ struct mchan {
     int closed, recv_raised, send_raised;
     uint64_t sent, received, peak, rrings, srings;
     uint64_t drops;
+    /* Two loop sources took from it at once: a loop that stops with
+     * messages left then writes the receive fd for the other (D4's
+     * hand-on), which this model does not count, so its receive rings are
+     * checked as a lower bound from then on. */
+    int shared_by_loops;
 };
+
+/* The receive-fd writes the library made agree with the model's. */
+static int rrings_match(const struct mchan *c, uint64_t rings)
+{
+    return c->shared_by_loops ? rings >= c->rrings : rings == c->rrings;
+}
 
 static struct mchan g_ch[NCH];
 
@@ -327,7 +338,7 @@ static void m_check(struct mchan *c)
     EXPECT_RC(eventq_chan_get_stats(h, &st, sizeof st), 0);
     EXPECT(st.sent == c->sent && st.received == c->received && st.pending == c->qlen &&
                st.pending_bytes == c->bytes && st.dropped == 0 && st.peak_depth == c->peak &&
-               st.recv_doorbell_rings == c->rrings && st.send_doorbell_rings == c->srings &&
+               rrings_match(c, st.recv_doorbell_rings) && st.send_doorbell_rings == c->srings &&
                st.closed == (uint64_t)c->closed,
            "stats of channel %d: sent %llu/%llu received %llu/%llu pending %llu/%zu bytes "
            "%llu/%zu peak %llu/%llu rings %llu/%llu %llu/%llu closed %llu/%d",
@@ -524,7 +535,7 @@ static void op_chan_free(void)
             EXPECT(st.sent == c->sent && st.received == c->received && st.pending == 0 &&
                        st.pending_bytes == 0 && st.dropped == pending &&
                        st.peak_depth == c->peak && st.closed == (uint32_t)c->closed &&
-                       st.recv_doorbell_rings == c->rrings &&
+                       rrings_match(c, st.recv_doorbell_rings) &&
                        st.send_doorbell_rings == c->srings,
                    "final stats of channel %d: dropped %llu, pending was %zu", c->id,
                    (unsigned long long)st.dropped, pending);
@@ -1291,8 +1302,8 @@ static void op_add_chan(void)
     }
     TRACE("add_chan loop %d chan %d slot %d -> %d", l->id, c->id, (int)(s - l->src), rc);
     EXPECT_RC(rc, want);
-    if (rc == 0)
-        c->srcrefs++;
+    if (rc == 0 && ++c->srcrefs >= 2)
+        c->shared_by_loops = 1;
     add_common(l, s, rc, out, want_out);
 }
 
