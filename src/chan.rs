@@ -670,9 +670,7 @@ impl Chan {
             let c = match sh.ring.pop(|_| true, &mut take) {
                 Pop::Took(c) => c,
                 Pop::Empty(tail) if tail & TAIL_CLOSED != 0 => {
-                    // Passed on to the next exclusive waiter, as
-                    // `pop_waiting` does.
-                    sh.sync_recv(Edge::Owed);
+                    sh.end_of_stream();
                     return (n, EachEnd::Closed);
                 }
                 // As a refused `recv_into`: the fd is lowered before giving up.
@@ -1265,10 +1263,7 @@ impl Shared {
                 Pop::TooLong(needed) => return Err(Error::BufferTooSmall { needed }),
                 Pop::Empty(tail) => {
                     if tail & TAIL_CLOSED != 0 {
-                        // Pass the end of stream on: a consumer registered
-                        // with EPOLLEXCLUSIVE was woken by one write, alone;
-                        // this write wakes the next (D6).
-                        self.sync_recv(Edge::Owed);
+                        self.end_of_stream();
                         return Err(Error::Closed);
                     }
                     let deadline = *deadline.get_or_insert_with(|| Deadline::new(wait));
@@ -1288,6 +1283,13 @@ impl Shared {
                 }
             }
         }
+    }
+
+    /// A receive found the end of stream: pass it on. A consumer registered
+    /// with EPOLLEXCLUSIVE was woken by one write, alone; this write wakes
+    /// the next (D6).
+    fn end_of_stream(&self) {
+        self.sync_recv(Edge::Owed);
     }
 
     /// Writes the receive fd again if messages are pending: one more

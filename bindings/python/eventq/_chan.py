@@ -612,9 +612,9 @@ class Chan:
             out.append(m)
         return out or _NOTHING
 
-    def recv_batch(self, max_msgs: int = 64, timeout: Optional[float] = None) -> list[bytes]:
-        """Receives up to `max_msgs` messages in one call (at least one),
-        waiting as `timeout` says only for the first. Raises as recv()."""
+    def _recv_batch_now(self, max_msgs: int, timeout: Optional[float]) -> tuple[Any, Any, Any]:
+        """The checks and the first, non-waiting attempt of both batch
+        receives: (handle, messages or _NOTHING, retry(ns) for the wait)."""
         if timeout is not None and timeout < 0:
             raise _bad_timeout(timeout)
         max_msgs = _max_msgs_arg(max_msgs)
@@ -623,9 +623,15 @@ class Chan:
             return self._take_batch(p, max_msgs, ns)
 
         p, msgs = self._recv_now(lambda: self._unstash_batch(max_msgs), take)
+        return p, msgs, lambda ns: take(p, ns)
+
+    def recv_batch(self, max_msgs: int = 64, timeout: Optional[float] = None) -> list[bytes]:
+        """Receives up to `max_msgs` messages in one call (at least one),
+        waiting as `timeout` says only for the first. Raises as recv()."""
+        p, msgs, retry = self._recv_batch_now(max_msgs, timeout)
         if msgs is not _NOTHING:
             return msgs
-        return self._wait(p, timeout, self._recv_fd, lambda ns: take(p, ns))
+        return self._wait(p, timeout, self._recv_fd, retry)
 
     def __iter__(self) -> Iterator[bytes]:
         """Yields each message (blocking) until end of stream."""
@@ -670,17 +676,10 @@ class Chan:
 
     async def recv_batch_async(self, max_msgs: int = 64, timeout: Optional[float] = None) -> list[bytes]:
         """recv_batch() for asyncio (see recv_async)."""
-        if timeout is not None and timeout < 0:
-            raise _bad_timeout(timeout)
-        max_msgs = _max_msgs_arg(max_msgs)
-
-        def take(p: Any, ns: int) -> Any:
-            return self._take_batch(p, max_msgs, ns)
-
-        p, msgs = self._recv_now(lambda: self._unstash_batch(max_msgs), take)
+        p, msgs, retry = self._recv_batch_now(max_msgs, timeout)
         if msgs is not _NOTHING:
             return msgs
-        return await self._await(p, timeout, self._recv_fd, lambda ns: take(p, ns))
+        return await self._await(p, timeout, self._recv_fd, retry)
 
     async def send_async(self, data: Buffer, timeout: Optional[float] = None) -> None:
         """send() for asyncio: waits on the send fd in the running loop."""
