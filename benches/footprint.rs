@@ -14,6 +14,9 @@
 //! delivers its messages and that its fds are readable as they should be,
 //! never a size. `--channels N` sets the count.
 
+#[path = "../tests/fds/mod.rs"]
+mod fds;
+
 use std::fmt::Write as _;
 use std::os::fd::{AsRawFd, RawFd};
 
@@ -47,7 +50,7 @@ fn rss() -> u64 {
 
 /// Whether `fd` is readable now.
 fn readable(fd: RawFd) -> bool {
-    eventq::sys::is_readable(fd).expect("poll(2)")
+    fds::is_readable(fd).expect("poll(2)")
 }
 
 /// Asks a channel for its send fd.

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 //! The library's error type, one for the whole crate. Every variant maps to
 //! one errno, which is what the C ABI returns (negated) and what the Go
-//! binding wraps; its text says what went wrong, and for [`Error::Sys`] what
+//! binding wraps; its text says what went wrong, and for [`Error::Os`] what
 //! was being done and what is missing.
 
 use std::fmt;
@@ -33,13 +33,12 @@ pub enum Error {
     Busy(&'static str),
     /// A callback failed with this negative code; its source was disabled.
     Callback(i32),
-    /// The operating system refused (`EMFILE`, `ENOMEM`, ...).
-    Os(io::Error),
-    /// A system error with its context: the errno (the system's, or the one
-    /// the library chose for the condition, e.g. `ENODEV` for a memory
+    /// The operating system refused (`EMFILE`, `ENOMEM`, ...), or a system
+    /// condition stands in the way: the errno (the system's, or the one the
+    /// library chose for the condition, e.g. `ENODEV` for a memory
     /// controller that is not mounted) and a message naming what was being
-    /// done and the file or setting at fault.
-    Sys { errno: i32, message: String },
+    /// done and, where there is one, the file or setting at fault.
+    Os { errno: i32, message: String },
 }
 
 impl Error {
@@ -54,23 +53,27 @@ impl Error {
             Error::Stale => libc::ESTALE,
             Error::Busy(_) => libc::EBUSY,
             Error::Callback(code) => code.checked_neg().unwrap_or(libc::EIO).max(1),
-            Error::Os(e) => e.raw_os_error().unwrap_or(libc::EIO),
-            Error::Sys { errno, .. } => *errno,
+            Error::Os { errno, .. } => *errno,
         }
     }
 
     /// An error with `errno` and a message saying what went wrong.
-    pub fn sys(errno: i32, message: impl Into<String>) -> Error {
-        Error::Sys {
+    pub fn os(errno: i32, message: impl Into<String>) -> Error {
+        Error::Os {
             errno,
             message: message.into(),
         }
     }
 
+    /// An error with `errno` and the system's text for it.
+    pub fn from_errno(errno: i32) -> Error {
+        Error::from(io::Error::from_raw_os_error(errno))
+    }
+
     /// `err`, met while doing `what`, with that context: its errno (`EIO`
     /// if it has none) and the message "`what`: `err`".
     pub fn context(what: impl fmt::Display, err: &io::Error) -> Error {
-        Error::sys(
+        Error::os(
             err.raw_os_error().unwrap_or(libc::EIO),
             format!("{what}: {err}"),
         )
@@ -96,24 +99,16 @@ impl fmt::Display for Error {
             Error::Stale => f.write_str("the source was removed, or its loop freed"),
             Error::Busy(what) => write!(f, "busy: {what}"),
             Error::Callback(code) => write!(f, "callback failed with {code}"),
-            Error::Os(e) => write!(f, "{e}"),
-            Error::Sys { message, .. } => f.write_str(message),
+            Error::Os { message, .. } => f.write_str(message),
         }
     }
 }
 
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::Os(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+impl std::error::Error for Error {}
 
 impl From<io::Error> for Error {
     fn from(e: io::Error) -> Error {
-        Error::Os(e)
+        Error::os(e.raw_os_error().unwrap_or(libc::EIO), e.to_string())
     }
 }
 

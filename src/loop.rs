@@ -452,13 +452,13 @@ impl Loop {
         // The table, not epoll, is the authority (see `Table::fds`); the
         // loop's own fds are not sources.
         if tab.fds.contains(&fd) {
-            return Err(Error::Os(std::io::Error::from_raw_os_error(libc::EEXIST)));
+            return Err(Error::from_errno(libc::EEXIST));
         }
         if fd == self.inner.wake.as_raw_fd() || fd == self.inner.epoll.as_raw_fd() {
             return Err(Error::Invalid("the fd belongs to the loop"));
         }
         if tab.slots.len() >= u32::MAX as usize - 1 && tab.free.is_empty() {
-            return Err(Error::Os(std::io::Error::from_raw_os_error(libc::ENOMEM)));
+            return Err(Error::from_errno(libc::ENOMEM));
         }
         let id = tab.vacant_id();
         self.inner.epoll.add(fd, entry.events, id.key)?;
@@ -486,7 +486,7 @@ impl Loop {
     ) -> Result<SourceId> {
         check_events(events)?;
         if fd < 0 {
-            return Err(Error::Os(std::io::Error::from_raw_os_error(libc::EBADF)));
+            return Err(Error::from_errno(libc::EBADF));
         }
         self.add_entry(self.entry(Kind::Fd(fd), events, None), |id| Some(make(id)))
     }
@@ -1142,7 +1142,7 @@ impl LoopHandle {
 
 /// What a panicking callback counts as.
 fn panicked() -> Error {
-    Error::Os(std::io::Error::from_raw_os_error(libc::ENOTRECOVERABLE))
+    Error::from_errno(libc::ENOTRECOVERABLE)
 }
 
 fn check_events(events: u32) -> Result<()> {

@@ -9,6 +9,8 @@
 
 mod common;
 
+use common::fds;
+
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
@@ -166,6 +168,7 @@ fn d4_fds_nonblocking_cloexec_distinct_and_shared_by_clones() {
     for fd in [ch.recv_fd().as_raw_fd(), ch.send_fd().unwrap().as_raw_fd()] {
         // SAFETY: fcntl queries on fds the channel keeps open.
         let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        // SAFETY: as above.
         let fdfl = unsafe { libc::fcntl(fd, libc::F_GETFD) };
         assert!(fl >= 0 && fdfl >= 0);
         assert_ne!(fl & libc::O_NONBLOCK, 0, "fd {fd} must be O_NONBLOCK");
@@ -1286,13 +1289,13 @@ fn d5_ring_counts_do_not_depend_on_the_send_fd() {
 }
 
 /// Waits (not at all) for edge-triggered events on `ep`: how many fds had one.
-fn edge_events(ep: &eventq::sys::Epoll) -> usize {
+fn edge_events(ep: &fds::Epoll) -> usize {
     let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 4];
     ep.wait(&mut evs, Some(Duration::ZERO)).expect("epoll_wait")
 }
 
-fn edge_waiter(fd: std::os::fd::RawFd) -> eventq::sys::Epoll {
-    let ep = eventq::sys::Epoll::new().expect("epoll");
+fn edge_waiter(fd: std::os::fd::RawFd) -> fds::Epoll {
+    let ep = fds::Epoll::new().expect("epoll");
     ep.add(fd, (libc::EPOLLIN | libc::EPOLLET) as u32, 1)
         .expect("epoll_ctl");
     ep

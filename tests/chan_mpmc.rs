@@ -12,6 +12,8 @@
 
 mod common;
 
+use common::fds;
+
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Barrier;
@@ -504,31 +506,19 @@ fn epoll_edge_triggered_consumer_gets_every_message() {
         });
         let rx = ch.clone();
         s.spawn(move || {
-            // SAFETY: plain epoll syscalls on an fd we own and the channel's
-            // receive fd, which outlives this thread.
-            let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-            assert!(ep >= 0);
-            let mut ev = libc::epoll_event {
-                events: (libc::EPOLLIN | libc::EPOLLET) as u32,
-                u64: 7,
-            };
-            let rc = unsafe {
-                libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, rx.recv_fd().as_raw_fd(), &mut ev)
-            };
-            assert_eq!(rc, 0);
+            let ep = fds::Epoll::new().expect("epoll");
+            ep.add(
+                rx.recv_fd().as_raw_fd(),
+                (libc::EPOLLIN | libc::EPOLLET) as u32,
+                7,
+            )
+            .expect("epoll_ctl");
             let mut log = Vec::new();
             let mut wakeups = 0u64;
             let mut buf = [0u8; 64];
             'outer: loop {
                 let mut out = [libc::epoll_event { events: 0, u64: 0 }; 4];
-                let n = unsafe {
-                    libc::epoll_wait(ep, out.as_mut_ptr(), 4, HANG_GUARD.as_millis() as i32)
-                };
-                if n < 0
-                    && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
-                {
-                    continue;
-                }
+                let n = ep.wait(&mut out, Some(HANG_GUARD)).expect("epoll_wait");
                 assert!(n > 0, "epoll_wait returned {n}: lost wake-up");
                 wakeups += 1;
                 loop {
@@ -544,7 +534,6 @@ fn epoll_edge_triggered_consumer_gets_every_message() {
                     }
                 }
             }
-            unsafe { libc::close(ep) };
             (log, wakeups)
         })
         .join()

@@ -16,6 +16,8 @@
 //! No sleeps and no timing assertions: every result is the same whatever the
 //! interleaving, and readiness is checked only at quiescent points.
 
+mod fds;
+
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc};
@@ -60,13 +62,13 @@ fn write_byte(fd: &OwnedFd) {
 }
 
 fn readable(fd: RawFd) -> bool {
-    eventq::sys::is_readable(fd).unwrap()
+    fds::is_readable(fd).unwrap()
 }
 
 /// Blocks until `fd` is readable (a lost wake-up would hang: the harness's
 /// own timeout reports it).
 fn wait_readable(fd: RawFd) {
-    let rev = eventq::sys::poll_fd(fd, libc::POLLIN, None).unwrap();
+    let rev = fds::poll_fd(fd, libc::POLLIN, None).unwrap();
     assert!(rev & libc::POLLIN != 0, "poll revents {rev:#x}");
 }
 
@@ -482,7 +484,7 @@ fn failing_callback_disables_its_source_and_reports_the_error() {
             let Event::Message(m) = ev else { return Ok(()) };
             s.lock().push(m[0]);
             if m[0] == 1 && f.load(SeqCst) {
-                return Err(Error::Os(std::io::Error::from_raw_os_error(libc::EIO)));
+                return Err(Error::from_errno(libc::EIO));
             }
             Ok(())
         })
@@ -675,10 +677,8 @@ fn make_ready(lp: &Loop, signo: i32, act: Act) -> Ready {
     chan.send(b"m", Wait::Never).unwrap();
     // Thread-directed: pending for this thread only, which has it blocked.
     // SAFETY: pthread_kill on the calling thread with a blocked signal.
-    assert_eq!(
-        unsafe { libc::pthread_kill(libc::pthread_self(), signo) },
-        0
-    );
+    let rc = unsafe { libc::pthread_kill(libc::pthread_self(), signo) };
+    assert_eq!(rc, 0);
     Ready {
         _pipes: pipes,
         _chan: chan,

@@ -3,13 +3,15 @@
 //! leaves nothing behind, a stop inside a callback that runs nothing more
 //! and loses nothing, ids that belong to their loop, a non-blocking fd.
 
+mod fds;
+
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use eventq::sys::is_readable;
 use eventq::{Chan, Error, Event, Loop, Options};
+use fds::is_readable;
 
 #[test]
 fn end_of_stream_is_delivered_once_even_after_re_enabling() {

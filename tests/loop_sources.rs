@@ -11,6 +11,8 @@
 //! (`pthread_kill`, `raise`), never to the process: the test harness's other
 //! threads do not block them.
 
+mod fds;
+
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc};
@@ -78,16 +80,16 @@ fn read_one(fd: RawFd) -> usize {
 }
 
 fn readable(fd: RawFd) -> bool {
-    eventq::sys::is_readable(fd).unwrap()
+    fds::is_readable(fd).unwrap()
 }
 
 fn wait_readable(fd: RawFd) {
-    let rev = eventq::sys::poll_fd(fd, libc::POLLIN, None).unwrap();
+    let rev = fds::poll_fd(fd, libc::POLLIN, None).unwrap();
     assert!(rev & libc::POLLIN != 0, "poll revents {rev:#x}");
 }
 
 fn os(errno: i32) -> impl Fn(&Error) -> bool {
-    move |e| matches!(e, Error::Os(io) if io.raw_os_error() == Some(errno))
+    move |e| matches!(e, Error::Os { errno: got, .. } if *got == errno)
 }
 
 /// Records the fd events a source saw.
@@ -590,9 +592,7 @@ fn failing_fd_and_timer_callbacks_are_disabled() {
     let id = lp
         .add_fd(r.as_raw_fd(), IN, move |_, _, _| {
             if f.load(SeqCst) {
-                Err(Error::Os(std::io::Error::from_raw_os_error(
-                    libc::ECONNRESET,
-                )))
+                Err(Error::from_errno(libc::ECONNRESET))
             } else {
                 Ok(())
             }

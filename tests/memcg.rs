@@ -26,6 +26,8 @@
 //! guard. The child cgroups are removed even when an assertion fails.
 //! Where cgroups are not writable the test prints why it skips.
 
+mod fds;
+
 use std::fs;
 use std::io::{self, BufRead, Read, Write};
 use std::os::fd::AsRawFd;
@@ -205,7 +207,7 @@ impl Hog {
                 }
             }
             let fd = self.stdout.as_raw_fd();
-            let ready = eventq::sys::poll_fd(fd, libc::POLLIN, Some(HANG_GUARD)).unwrap();
+            let ready = fds::poll_fd(fd, libc::POLLIN, Some(HANG_GUARD)).unwrap();
             assert!(
                 ready != 0,
                 "the allocating child said nothing within the hang guard"

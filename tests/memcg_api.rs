@@ -7,6 +7,8 @@
 //! Parts that need something this machine lacks print why they are skipped.
 //! No sleeps; the loop's timeout is only a hang guard.
 
+mod fds;
+
 use std::fs;
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
@@ -105,7 +107,7 @@ fn own_cgroup_matches_proc_self_cgroup() {
 fn no_such_cgroup_is_enoent() {
     let e = Cgroup::at("/nonexistent/eventq").unwrap_err();
     assert!(
-        matches!(&e, Error::Sys { errno, message }
+        matches!(&e, Error::Os { errno, message }
             if *errno == libc::ENOENT && message.contains("/nonexistent/eventq")),
         "{e:?}"
     );
@@ -412,8 +414,7 @@ fn a_watch_can_be_polled_by_another_loop() {
     let mut w = Watch::counters(&Cgroup::at(&child.0).unwrap(), "cgroup.events").unwrap();
     assert_eq!(w.interest(), events::IN);
     assert!(w.spec().ends_with("/cgroup.events"), "{}", w.spec());
-    let poll =
-        |w: &Watch, timeout| eventq::sys::poll_fd(w.fd().as_raw_fd(), libc::POLLIN, Some(timeout));
+    let poll = |w: &Watch, timeout| fds::poll_fd(w.fd().as_raw_fd(), libc::POLLIN, Some(timeout));
     assert_eq!(poll(&w, Duration::ZERO).unwrap(), 0, "nothing happened yet");
     fs::remove_dir(&child.0).unwrap();
     assert_ne!(

@@ -31,7 +31,6 @@
 //!   allocated at the channel's first long message, so a channel that only
 //!   carries short ones never has them.
 
-use std::io;
 use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
@@ -399,5 +398,5 @@ impl Ring {
 }
 
 pub(super) fn no_memory() -> Error {
-    Error::Os(io::Error::from_raw_os_error(libc::ENOMEM))
+    Error::from_errno(libc::ENOMEM)
 }

@@ -44,21 +44,21 @@ pub use watch::{
 
 /// No such cgroup: it does not exist, is not a cgroup, or was removed.
 fn no_cgroup(message: impl Into<String>) -> Error {
-    Error::sys(libc::ENOENT, message)
+    Error::os(libc::ENOENT, message)
 }
 
 /// The controller or interface is not there.
 fn no_controller(message: impl Into<String>) -> Error {
-    Error::sys(libc::ENODEV, message)
+    Error::os(libc::ENODEV, message)
 }
 
 /// The kernel has no PSI, or it is disabled.
 fn no_psi(message: impl Into<String>) -> Error {
-    Error::sys(libc::EOPNOTSUPP, message)
+    Error::os(libc::EOPNOTSUPP, message)
 }
 
 fn invalid(message: impl Into<String>) -> Error {
-    Error::sys(libc::EINVAL, message)
+    Error::os(libc::EINVAL, message)
 }
 
 /// An OS error met while doing `what`, with a hint for a permission error.
@@ -68,5 +68,5 @@ fn os_error(what: impl fmt::Display, err: &io::Error) -> Error {
         _ => "",
     };
     let errno = err.raw_os_error().unwrap_or(libc::EIO);
-    Error::sys(errno, format!("{what}: {err}{hint}"))
+    Error::os(errno, format!("{what}: {err}{hint}"))
 }

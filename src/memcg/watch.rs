@@ -504,7 +504,7 @@ impl Watch {
         if trigger.window.as_micros() % PSI_UNPRIVILEGED_WINDOW.as_micros() != 0
             && !has_cap_sys_resource()
         {
-            return Err(Error::sys(
+            return Err(Error::os(
                 libc::EPERM,
                 format!(
                     "PSI trigger \"{}\": without CAP_SYS_RESOURCE the kernel accepts only windows \

@@ -16,13 +16,16 @@ use std::time::Duration;
 
 use eventq::{Chan, Error};
 
+#[path = "../fds/mod.rs"]
+pub mod fds;
+
 /// How long `wait_readable` waits before declaring a lost wake-up. Only a
 /// hang guard: a correct channel wakes the poller at once.
 pub const HANG_GUARD: Duration = Duration::from_secs(60);
 
 /// Whether `fd` is readable right now (a zero-timeout poll(2)).
 pub fn readable(fd: RawFd) -> bool {
-    eventq::sys::is_readable(fd).expect("poll(2) failed")
+    fds::is_readable(fd).expect("poll(2) failed")
 }
 
 /// Whether the channel's receive fd is readable now.
@@ -38,7 +41,7 @@ pub fn send_ready(ch: &Chan) -> bool {
 /// Blocks in poll(2) until `fd` is readable. Panics if that takes longer
 /// than `HANG_GUARD` (a lost wake-up) or if poll reports an error condition.
 pub fn wait_readable(fd: RawFd, what: &str) {
-    let rev = eventq::sys::poll_fd(fd, libc::POLLIN, Some(HANG_GUARD)).expect("poll(2) failed");
+    let rev = fds::poll_fd(fd, libc::POLLIN, Some(HANG_GUARD)).expect("poll(2) failed");
     assert!(
         rev & (libc::POLLERR | libc::POLLNVAL) == 0,
         "{what}: poll reported revents {rev:#x}"

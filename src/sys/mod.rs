@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+//! The operating system layer: thin wrappers over the Linux fd primitives
+//! the library is built on, one file per mechanism, and the anonymous
+//! mapping that holds a large channel's slots.
+//!
+//! Private to the crate. With `ffi`, the only code allowed `unsafe` (the
+//! crate root denies it elsewhere). Every fd made here is `O_CLOEXEC |
+//! O_NONBLOCK` and closed on drop; `EINTR` is retried.
+
+use std::io;
+
+/// Runs a libc call and turns `-1` into the thread's `errno` as an
+/// `io::Error`.
+macro_rules! syscall {
+    ($fn:ident ( $($arg:expr),* $(,)? )) => {{
+        // SAFETY: each call site passes valid arguments for this libc function;
+        // pointers refer to live locals or slices of the stated length.
+        let res = unsafe { libc::$fn($($arg),*) };
+        if res == -1 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(res)
+        }
+    }};
+}
+
+/// Retries `f` while it fails with `EINTR`.
+pub(crate) fn retry_eintr<T>(mut f: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    loop {
+        match f() {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+mod epoll;
+mod eventfd;
+mod inotify;
+#[cfg(not(loom))]
+mod mapping;
+mod signalfd;
+mod timerfd;
+
+pub(crate) use self::epoll::Epoll;
+pub(crate) use self::eventfd::EventFd;
+pub(crate) use self::inotify::{inotify_new, inotify_watch};
+#[cfg(not(loom))]
+pub(crate) use self::mapping::{Line, ZeroedLines};
+pub(crate) use self::signalfd::{unblock_signal, SignalFd};
+pub(crate) use self::timerfd::TimerFd;
