@@ -23,18 +23,14 @@
 #   update    write a new baseline to ABI_DIR (at a release)
 #   selftest  show that the check fails on deliberately broken ABIs
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 mode=$1 lib=$2 header=$3 abidir=$4 map=$5 work=$6
 cc=${CC:-cc}
 
-for tool in abidw abidiff; do
-    command -v "$tool" >/dev/null 2>&1 || {
-        echo "error: $tool is missing: install libabigail's tools (Debian: apt-get install abigail-tools)" >&2
-        exit 1
-    }
-done
-for tool in "$cc" nm; do
-    command -v "$tool" >/dev/null 2>&1 || { echo "error: $tool is missing" >&2; exit 1; }
-done
+need abidw "install libabigail's tools (Debian: apt-get install abigail-tools)"
+need abidiff "install libabigail's tools (Debian: apt-get install abigail-tools)"
+need "$cc" "install a C compiler (apt-get install gcc)"
+need nm "apt-get install binutils"
 [ -f "$lib" ] || { echo "error: $lib is missing: build it first (make)" >&2; exit 1; }
 mkdir -p "$work"
 incdir=$(cd "$(dirname "$header")" && pwd)

@@ -21,21 +21,16 @@
 # usage: scripts/check-cmake.sh PREFIX VERSION WORKDIR
 #   (MAKE: the make to run the staged install with; CC, CMAKE)
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 prefix=$(realpath -m "$1") version=$2 work=$(realpath -m "$3")
 cmake=${CMAKE:-cmake}
 cc=${CC:-cc}
 make_cmd=${MAKE:-make}
 major=${version%%.*}
 src=$(realpath tests/cmake)
-failures=0
-ok()   { echo "  ok    $*"; }
-fail() { echo "  FAIL  $*" >&2; failures=$((failures + 1)); }
-# reads ARGS...: grep ARGS reading all of its input (grep -q would stop early
-# and fail the writer with SIGPIPE, which pipefail turns into "no match").
-reads() { grep "$@" >/dev/null; }
-for tool in "$cmake" "$cc" readelf; do
-    command -v "$tool" >/dev/null 2>&1 || { echo "error: $tool is missing (apt-get install cmake gcc binutils)" >&2; exit 1; }
-done
+need "$cmake" "apt-get install cmake"
+need "$cc" "install a C compiler (apt-get install gcc)"
+need readelf "apt-get install binutils"
 rm -rf "$work"
 mkdir -p "$work"
 # found FILE KEY: a value tests/cmake wrote to found.txt.
@@ -162,8 +157,4 @@ else
     fail "make install into $stage failed"
 fi
 
-if [ "$failures" -ne 0 ]; then
-    echo "$failures CMake package check(s) failed" >&2
-    exit 1
-fi
-echo "CMake package: all checks passed"
+finish "CMake package" "CMake package"

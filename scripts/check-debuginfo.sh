@@ -13,13 +13,11 @@
 #
 # usage: scripts/check-debuginfo.sh LIBRARY DEBUG_FILE
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 so=$(realpath -m "$1") dbg=$(realpath -m "$2")
-failures=0
-ok()   { echo "  ok    $*"; }
-fail() { echo "  FAIL  $*" >&2; failures=$((failures + 1)); }
-for tool in readelf objcopy python3; do
-    command -v "$tool" >/dev/null 2>&1 || { echo "error: $tool is missing (apt-get install binutils python3)" >&2; exit 1; }
-done
+need readelf "apt-get install binutils"
+need objcopy "apt-get install binutils"
+need python3 "apt-get install python3"
 [ -f "$so" ] || { echo "error: $so is missing" >&2; exit 1; }
 
 echo "$so:"
@@ -62,11 +60,7 @@ if command -v gdb >/dev/null 2>&1; then
     if [ -n "$line" ] && [ "$objfile" = "$dbg" ]; then ok "gdb loads $objfile: ${line%% starts at*}"
     else fail "gdb: no line information for eventq_chan_send from $dbg:"; grep -v '^ ' <<<"$out" | sed 's/^/        /' >&2; fi
 else
-    echo "  note  gdb is missing: its lookup is not checked (apt-get install gdb); the CRC and build ID checks above stand"
+    note "gdb is missing: its lookup is not checked (apt-get install gdb); the CRC and build ID checks above stand"
 fi
 
-if [ "$failures" -ne 0 ]; then
-    echo "$failures debug info check(s) failed" >&2
-    exit 1
-fi
-echo "debug info: all checks passed"
+finish "debug info" "debug info"

@@ -13,7 +13,10 @@ cargo=${CARGO:-cargo}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-if ! "$cargo" build --release ${CARGO_FEATURES:---features capi} --message-format=json >"$tmp/messages.json" 2>"$tmp/stderr"; then
+# The release build as make runs it (scripts/native-static-libs.sh), so a
+# built tree builds nothing here.
+if ! "$cargo" rustc --release --lib ${CARGO_FEATURES:---features capi} --message-format=json \
+        -- --print native-static-libs >"$tmp/messages.json" 2>"$tmp/stderr"; then
     cat "$tmp/stderr" >&2
     echo "error: cargo build failed, cannot regenerate the header" >&2
     exit 1

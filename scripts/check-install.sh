@@ -15,18 +15,17 @@
 #
 # usage: scripts/check-install.sh PREFIX VERSION COMMITTED_HEADER WORKDIR
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 prefix=$1 version=$2 committed_header=$3 work=$4
 cc=${CC:-cc}
 pkg_config=${PKG_CONFIG:-pkg-config}
 major=${version%%.*}
 lib=$prefix/lib
-failures=0
 
-ok()   { echo "  ok    $*"; }
-fail() { echo "  FAIL  $*" >&2; failures=$((failures + 1)); }
-for tool in nm readelf "$cc" "$pkg_config"; do
-    command -v "$tool" >/dev/null 2>&1 || { echo "error: $tool is missing" >&2; exit 1; }
-done
+need nm "apt-get install binutils"
+need readelf "apt-get install binutils"
+need "$cc" "install a C compiler (apt-get install gcc)"
+need "$pkg_config" "apt-get install pkg-config"
 mkdir -p "$work"
 
 echo "installed files in $prefix:"
@@ -60,14 +59,13 @@ foreign=$(grep -v '^eventq_' "$work/exported.txt" || true)
 if [ -z "$foreign" ]; then ok "every exported symbol is eventq_*"
 else fail "symbols outside eventq_* are exported:"; printf '        %s\n' $foreign >&2; fi
 # Functions the header declares (comments gone after preprocessing).
-"$cc" -E -P -D_GNU_SOURCE "$prefix/include/eventq.h" \
-    | grep -oE '\beventq_[A-Za-z0-9_]+[[:space:]]*\(' | tr -d '( \t' | sort -u >"$work/declared.txt"
+header_functions "$prefix/include/eventq.h" >"$work/declared.txt"
 missing=$(comm -23 "$work/declared.txt" "$work/exported.txt")
 if [ -z "$missing" ]; then ok "all $(wc -l <"$work/declared.txt") functions of the header are exported"
 else fail "declared in eventq.h but not exported:"; printf '        %s\n' $missing >&2; fi
 undeclared=$(comm -13 "$work/declared.txt" "$work/exported.txt")
 if [ -n "$undeclared" ]; then
-    echo "  note  exported but not declared in eventq.h:" $undeclared
+    note "exported but not declared in eventq.h:" $undeclared
 fi
 
 echo "pkg-config:"
@@ -140,8 +138,4 @@ else
     fail "a C program could not be built against the install with pkg-config"
 fi
 
-if [ "$failures" -ne 0 ]; then
-    echo "$failures installed-library check(s) failed" >&2
-    exit 1
-fi
-echo "installed library: all checks passed"
+finish "installed-library" "installed library"

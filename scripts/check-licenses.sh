@@ -11,11 +11,9 @@
 #
 # usage: scripts/check-licenses.sh GO_MODULE_DIR
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 go_dir=$1
-failures=0
-ok()   { echo "  ok    $*"; }
-fail() { echo "  FAIL  $*" >&2; failures=$((failures + 1)); }
-command -v sha256sum >/dev/null 2>&1 || { echo "error: sha256sum is missing (coreutils)" >&2; exit 1; }
+need sha256sum "apt-get install coreutils"
 
 mit_body_sha=fe2a9817987f862eaced948f0468c7f51d2fedfc48c5c505b246a49a3870e9a5
 apache_sha=cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30
@@ -50,11 +48,7 @@ if [ -f "$go_dir/go.mod" ]; then
         else fail "$go_dir/$f is missing or differs from $f"; fi
     done
 else
-    echo "  note  no $go_dir/go.mod: no Go module to check"
+    note "no $go_dir/go.mod: no Go module to check"
 fi
 
-if [ "$failures" -ne 0 ]; then
-    echo "$failures licence check(s) failed" >&2
-    exit 1
-fi
-echo "licences: all checks passed"
+finish "licence" "licences"

@@ -20,19 +20,11 @@
 #
 # usage: scripts/check-man.sh PREFIX HEADER DESIGN_MD WORKDIR
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 prefix=$(realpath -m "$1") header=$2 design=$3 work=$4
 cc=${CC:-cc}
 man=${MAN:-man}
 mandir=$prefix/share/man
-failures=0
-ok()   { echo "  ok    $*"; }
-fail() { echo "  FAIL  $*" >&2; failures=$((failures + 1)); }
-# reads ARGS...: grep ARGS reading all of its input (grep -q would stop early
-# and fail the writer with SIGPIPE, which pipefail turns into "no match").
-reads() { grep "$@" >/dev/null; }
-need() {
-    command -v "$1" >/dev/null 2>&1 || { echo "error: $1 is missing: $2" >&2; exit 1; }
-}
 need "$man" "apt-get install man-db"
 need lexgrog "apt-get install man-db"
 need groff "apt-get install groff-base"
@@ -46,8 +38,7 @@ render() { sed 's/  */ /g' "$work/text/$(basename "$1")"; }
 # section TITLE < rendered text: the lines of that section.
 section() { awk -v want="$1" '/^[A-Z]/ { sec = $0; next } sec == want && NF { print }'; }
 
-"$cc" -E -P -D_GNU_SOURCE "$header" \
-    | grep -oE '\beventq_[A-Za-z0-9_]+[[:space:]]*\(' | tr -d '( \t' | sort -u >"$work/declared.txt"
+header_functions "$header" >"$work/declared.txt"
 # For each function: name, whether its doc comment says "Returns" and
 # "Thread safety:", and the comment's first words (backticks removed).
 awk '
@@ -153,8 +144,4 @@ if [ -f "$mandir/man7/eventq.7" ]; then
     done
 fi
 
-if [ "$failures" -ne 0 ]; then
-    echo "$failures man page check(s) failed" >&2
-    exit 1
-fi
-echo "man pages: all checks passed"
+finish "man page" "man pages"

@@ -15,20 +15,15 @@
 #
 # usage: scripts/check-static-link.sh PREFIX VERSION README APP_C WORKDIR
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 prefix=$(realpath -m "$1") version=$2 readme=$3 app_c=$(realpath "$4") work=$5
 cc=${CC:-cc}
 pkg_config=${PKG_CONFIG:-pkg-config}
 major=${version%%.*}
 lib=$prefix/lib
-failures=0
-ok()   { echo "  ok    $*"; }
-fail() { echo "  FAIL  $*" >&2; failures=$((failures + 1)); }
-# reads ARGS...: grep ARGS reading all of its input (grep -q would stop early
-# and fail the writer with SIGPIPE, which pipefail turns into "no match").
-reads() { grep "$@" >/dev/null; }
-for tool in "$cc" "$pkg_config" readelf; do
-    command -v "$tool" >/dev/null 2>&1 || { echo "error: $tool is missing (apt-get install gcc pkg-config binutils)" >&2; exit 1; }
-done
+need "$cc" "install a C compiler (apt-get install gcc)"
+need "$pkg_config" "apt-get install pkg-config"
+need readelf "apt-get install binutils"
 rm -rf "$work"
 mkdir -p "$work"
 export PKG_CONFIG_PATH=$lib/pkgconfig
@@ -86,14 +81,10 @@ fi
 # What the old line does, for the record.
 if "$cc" "$app_c" -o "$work/static-eventq" $("$pkg_config" --static --cflags --libs eventq) >/dev/null 2>&1; then
     if readelf -d "$work/static-eventq" | reads 'NEEDED.*libeventq'; then
-        echo "  note  pkg-config --static --libs eventq links the shared library here, as the README says"
+        note "pkg-config --static --libs eventq links the shared library here, as the README says"
     else
-        echo "  note  pkg-config --static --libs eventq links libeventq.a here: the README's remark on it is out of date"
+        note "pkg-config --static --libs eventq links libeventq.a here: the README's remark on it is out of date"
     fi
 fi
 
-if [ "$failures" -ne 0 ]; then
-    echo "$failures static link check(s) failed" >&2
-    exit 1
-fi
-echo "static link: all checks passed"
+finish "static link" "static link"

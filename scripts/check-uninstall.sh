@@ -19,25 +19,19 @@
 #
 # usage: scripts/check-uninstall.sh VERSION HEADER WORKDIR   (MAKE, CC)
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 version=$1 header=$2 work=$(realpath -m "$3")
 make_cmd=${MAKE:-make}
 cc=${CC:-cc}
 major=${version%%.*}
-failures=0
-ok()   { echo "  ok    $*"; }
-fail() { echo "  FAIL  $*" >&2; failures=$((failures + 1)); }
-# reads ARGS...: grep ARGS reading all of its input (grep -q would stop early
-# and fail the writer with SIGPIPE, which pipefail turns into "no match").
-reads() { grep "$@" >/dev/null; }
-for tool in readelf nm "$cc"; do
-    command -v "$tool" >/dev/null 2>&1 || { echo "error: $tool is missing (apt-get install binutils gcc)" >&2; exit 1; }
-done
+need readelf "apt-get install binutils"
+need nm "apt-get install binutils"
+need "$cc" "install a C compiler (apt-get install gcc)"
 rm -rf "$work"
 mkdir -p "$work"
 
 # The functions of the header, each of which gets a man page.
-"$cc" -E -P -D_GNU_SOURCE "$header" \
-    | grep -oE '\beventq_[A-Za-z0-9_]+[[:space:]]*\(' | tr -d '( \t' | sort -u >"$work/functions.txt"
+header_functions "$header" >"$work/functions.txt"
 
 # listing DIR: every entry below DIR with its type, mode, symlink target
 # and, for files, a checksum.
@@ -182,8 +176,4 @@ if run install4 install DESTDIR="$d" "${vars[@]}"; then
     else fail "make uninstall failed"; fi
 else fail "make install failed"; fi
 
-if [ "$failures" -ne 0 ]; then
-    echo "$failures install/uninstall check(s) failed" >&2
-    exit 1
-fi
-echo "install, install-strip, uninstall: all checks passed"
+finish "install/uninstall" "install, install-strip, uninstall"

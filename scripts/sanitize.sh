@@ -3,8 +3,10 @@
 # Runs libeventq's tests under every sanitizer this machine has, and says
 # plainly what each run covers and what it cannot. Nothing is downloaded.
 #
-# usage: scripts/sanitize.sh [--smoke]
-#   --smoke  only the C tests under gcc's ASan+UBSan (the make test stage)
+# usage: scripts/sanitize.sh [--smoke | --selftest]
+#   --smoke     only the C tests under gcc's ASan+UBSan (the make test stage)
+#   --selftest  checks that the skip lists below are honoured: an entry is
+#               reported skipped and not run (stand-in programs, instant)
 #
 # Environment (the Makefile sets these): CC, CARGO, BUILD (build dir),
 # PREFIX (the test install: lib/libeventq.{a,so}, include/eventq.h),
@@ -50,9 +52,11 @@
 # and thread safety, the c-tests stage judges behaviour.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+. scripts/lib.sh
 
-smoke=0
+smoke=0 selftest=0
 [ "${1:-}" = --smoke ] && smoke=1
+[ "${1:-}" = --selftest ] && selftest=1
 CC=${CC:-cc}
 CARGO=${CARGO:-cargo}
 BUILD=${BUILD:-build}
@@ -71,7 +75,23 @@ C_TESTS=(tests/c/test_*.c)
 summary=()
 bad=0
 
-note() { printf '%s\n' "$@"; }
+# Tests left out of some runs (names of tests/c/test_*.c or tests/*.rs),
+# each for a reason measured here, not for a finding:
+#  - test_memcg, memcg drive real memory pressure in a cgroup (an
+#    allocating child, kernel notifications). Under TSan and valgrind both
+#    hung past their 60 s watchdogs (the allocation pattern and speed change
+#    under the tools); under ASan they pass and run.
+#  - chan_mpmc: its large MPMC cases take 17-34 s each under valgrind here,
+#    close to tests/common's 60 s wall-clock watchdog, which fired twice on
+#    a loaded machine. ASan and TSan run it in full; stress runs under
+#    valgrind.
+# Declared before any run: a list consulted before it exists skips nothing.
+# shellcheck disable=SC2086
+skip_list tsan-rust ${SANITIZE_SKIP_TSAN-test_memcg memcg}
+# shellcheck disable=SC2086
+skip_list valgrind ${SANITIZE_SKIP_VALGRIND-test_memcg memcg chan_mpmc}
+SKIPPED="skipped (see SANITIZE_SKIP_* in this script)"
+
 header() {
     echo
     echo "==================== sanitize: $1"
@@ -162,8 +182,8 @@ run_c() {
     for src in "${C_TESTS[@]}"; do
         name=$(basename "$src" .c)
         if skipped "$variant" "$name"; then
-            printf '  %-34s %s\n' "$name" "skipped (see SANITIZE_SKIP_* in this script)"
-            record "$variant" "$name" "skipped (see SANITIZE_SKIP_* in this script)"
+            printf '  %-34s %s\n' "$name" "$SKIPPED"
+            record "$variant" "$name" "$SKIPPED"
             continue
         fi
         [ -x "$dir/$name" ] && run "$variant" "$name" "$dir/$name.log" "$@" "$dir/$name"
@@ -174,6 +194,51 @@ run_c() {
     [ -x "$dir/stress" ] && [ "$sn" -gt 0 ] && run "$variant" "stress -n $sn" "$dir/stress.log" "$@" "$dir/stress" -q -n "$sn"
     [ -x "$dir/leaks" ] && [ "$ln" -gt 0 ] && run "$variant" "leaks -n $ln" "$dir/leaks.log" "$@" "$dir/leaks" -n "$ln"
 }
+
+# The Rust test targets of a variant: --lib and every tests/*.rs not skipped
+# (run in a subshell: callers record the skipped ones).
+test_targets() {
+    local f t
+    printf '%s\n' --lib
+    for f in tests/*.rs; do
+        t=$(basename "$f" .rs)
+        skipped "$1" "$t" && continue
+        printf '%s\n%s\n' --test "$t"
+    done
+}
+
+# ---- --selftest: the skip lists are honoured -----------------------------
+# Stand-in programs that only leave a mark, one of them on the list of a
+# variant of their own, through the same run_c and test_targets as the runs
+# below: the listed one must be reported skipped and leave no mark.
+if [ "$selftest" -eq 1 ]; then
+    header "self-test of the skip lists" \
+        "stand-ins test_listed (on the list of variant selftest) and test_unlisted"
+    dir=$OUT/selftest
+    rm -rf "$dir" && mkdir -p "$dir"
+    for name in test_listed test_unlisted; do
+        printf '#!/bin/sh\ntouch "$0.ran"\n' >"$dir/$name" && chmod +x "$dir/$name"
+    done
+    rust=$(basename "$(ls tests/*.rs | head -1)" .rs)
+    skip_list selftest test_listed "$rust"
+    C_TESTS=(tests/c/test_listed.c tests/c/test_unlisted.c)
+    run_c selftest 0 0
+    echo
+    if [ ! -e "$dir/test_listed.ran" ] && printf '%s\n' "${summary[@]}" | reads -E "selftest +test_listed +skipped"; then
+        ok "test_listed is on the list: reported skipped, not run"
+    else fail "test_listed is on the list, but it ran or was not reported skipped"; fi
+    if [ -e "$dir/test_unlisted.ran" ]; then ok "test_unlisted is not: it ran"
+    else fail "test_unlisted is not on the list, but it did not run"; fi
+    targets=$(test_targets selftest | tr '\n' ' ')
+    if [[ " $targets " != *" $rust "* && " $targets " == *" --lib "* ]]; then
+        ok "the Rust test targets leave out $rust, which is on the list"
+    else fail "the Rust test targets ($targets) do not leave out $rust"; fi
+    for variant in tsan-rust valgrind; do
+        echo "  skip list of $variant:${SKIP_LISTS[$variant]}"
+    done
+    finish "sanitize self-test" "sanitize self-test"
+    exit 0
+fi
 
 # ---- 1. gcc ASan + UBSan, uninstrumented Rust ----------------------------
 ASAN_ENV=(env "ASAN_OPTIONS=exitcode=$FINDING:detect_leaks=1:halt_on_error=1:abort_on_error=0:check_initialization_order=1"
@@ -189,7 +254,7 @@ if echo 'int main(void){return 0;}' | $CC -fsanitize=address,undefined -x c - -o
     build_c asan-gcc "$GCC_ASAN" "$GCC_ASAN" "$PREFIX/lib/libeventq.a" $NATIVE_LIBS
     run_c asan-gcc 200000 5000 "${ASAN_ENV[@]}"
 else
-    note "  skipped: $CC cannot build with -fsanitize=address,undefined (install gcc's libasan/libubsan)"
+    echo "  skipped: $CC cannot build with -fsanitize=address,undefined (install gcc's libasan/libubsan)"
     record asan-gcc "-" "skipped: no ASan/UBSan in $CC"
 fi
 
@@ -197,7 +262,7 @@ if [ "$smoke" -eq 1 ]; then
     echo
     echo "==================== sanitize (smoke) summary"
     printf '%s\n' "${summary[@]}"
-    note "  (make sanitize adds the fuzz corpus, stress, leaks, instrumented Rust, TSan and valgrind)"
+    echo "  (make sanitize adds the fuzz corpus, stress, leaks, instrumented Rust, TSan and valgrind)"
     exit "$bad"
 fi
 
@@ -227,37 +292,6 @@ rust_lib() {
 }
 CARGO_TARGET_DIR_BASE=${CARGO_TARGET_DIR:-target}
 
-# Tests left out of some runs (names of tests/c/test_*.c or tests/*.rs),
-# each for a reason measured here, not for a finding:
-#  - test_memcg, memcg drive real memory pressure in a cgroup (an
-#    allocating child, kernel notifications). Under TSan and valgrind both
-#    hung past their 60 s watchdogs (the allocation pattern and speed change
-#    under the tools); under ASan they pass and run.
-#  - chan_mpmc: its large MPMC cases take 17-34 s each under valgrind here,
-#    close to tests/common's 60 s wall-clock watchdog, which fired twice on
-#    a loaded machine. ASan and TSan run it in full; stress runs under
-#    valgrind.
-SKIP_TSAN=" ${SANITIZE_SKIP_TSAN-test_memcg memcg} "
-SKIP_VALGRIND=" ${SANITIZE_SKIP_VALGRIND-test_memcg memcg chan_mpmc} "
-skipped() { # skipped VARIANT NAME: 0 if NAME is left out of VARIANT's run
-    case $1 in
-        tsan*) case $SKIP_TSAN in *" $2 "*) return 0 ;; esac ;;
-        valgrind) case $SKIP_VALGRIND in *" $2 "*) return 0 ;; esac ;;
-    esac
-    return 1
-}
-# The Rust test targets of a variant: --lib and every tests/*.rs not skipped
-# (run in a subshell: callers record the skipped ones).
-test_targets() {
-    local f t
-    printf '%s\n' --lib
-    for f in tests/*.rs; do
-        t=$(basename "$f" .rs)
-        skipped "$1" "$t" && continue
-        printf '%s\n%s\n' --test "$t"
-    done
-}
-
 # rust_tests VARIANT SAN ENV...: cargo +nightly test under the sanitizer.
 rust_tests() {
     local variant=$1 san=$2
@@ -265,7 +299,7 @@ rust_tests() {
     local targets
     mapfile -t targets < <(test_targets "$variant")
     for t in tests/*.rs; do skipped "$variant" "$(basename "$t" .rs)" &&
-        record "$variant" "Rust $(basename "$t" .rs)" "skipped (see SANITIZE_SKIP_* in this script)"; done
+        record "$variant" "Rust $(basename "$t" .rs)" "$SKIPPED"; done
     run "$variant" "cargo +nightly test (Rust tests)" "$OUT/$variant/cargo-test.log" \
         env CARGO_TARGET_DIR="$CARGO_TARGET_DIR_BASE/sanitize-$san" RUSTFLAGS="-Zsanitizer=$san $abi_flag" "$@" \
         rustup run nightly cargo test --no-fail-fast --features capi --target "$TRIPLE" "${targets[@]}"
@@ -280,8 +314,8 @@ header "asan-rust: libeventq.a built with nightly -Zsanitizer=address, C with gc
     "Full coverage of libeventq's own code (and parking_lot's); std is not instrumented" \
     "(no rust-src for -Zbuild-std: nothing is downloaded). Runtime: rustc's ASan runtime."
 if [ -z "$nightly" ]; then
-    note "  skipped: no nightly toolchain with sanitizer runtimes (rustup toolchain list)."
-    note "  The Rust library is then checked only as in asan-gcc and by valgrind."
+    echo "  skipped: no nightly toolchain with sanitizer runtimes (rustup toolchain list)."
+    echo "  The Rust library is then checked only as in asan-gcc and by valgrind."
     record asan-rust "-" "skipped: no nightly rustc (-Zsanitizer)"
 else
     mkdir -p "$OUT/asan-rust"
@@ -292,7 +326,7 @@ else
         run_c asan-rust 200000 5000 "${ASAN_ENV[@]}"
         rust_tests asan-rust address "ASAN_OPTIONS=exitcode=$FINDING:detect_leaks=1" "LSAN_OPTIONS=exitcode=$FINDING"
     else
-        note "  build of the instrumented library failed: $OUT/rust-address-build.log"
+        echo "  build of the instrumented library failed: $OUT/rust-address-build.log"
         record asan-rust "-" "BUILD FAILED"
         bad=1
     fi
@@ -304,9 +338,9 @@ header "tsan-rust: libeventq.a built with nightly -Zsanitizer=thread, C with gcc
     "made only by its fences/locks are unseen; scripts/tsan.supp suppresses those reports."
 TSAN_ENV=(env "TSAN_OPTIONS=exitcode=$FINDING:halt_on_error=0:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp")
 if [ -z "$nightly" ]; then
-    note "  skipped: no nightly toolchain with sanitizer runtimes. gcc's TSan alone is not run:"
-    note "  with the library uninstrumented it cannot see parking_lot's futex locks and reports"
-    note "  every hand-off through a channel as a race."
+    echo "  skipped: no nightly toolchain with sanitizer runtimes. gcc's TSan alone is not run:"
+    echo "  with the library uninstrumented it cannot see parking_lot's futex locks and reports"
+    echo "  every hand-off through a channel as a race."
     record tsan-rust "-" "skipped: no nightly rustc (-Zsanitizer)"
 else
     mkdir -p "$OUT/tsan-rust"
@@ -317,7 +351,7 @@ else
         run_c tsan-rust 100000 0 "${TSAN_ENV[@]}"
         rust_tests tsan-rust thread "TSAN_OPTIONS=exitcode=$FINDING:halt_on_error=0:suppressions=$PWD/scripts/tsan.supp"
     else
-        note "  build of the instrumented library failed: $OUT/rust-thread-build.log"
+        echo "  build of the instrumented library failed: $OUT/rust-thread-build.log"
         record tsan-rust "-" "BUILD FAILED"
         bad=1
     fi
@@ -330,7 +364,7 @@ header "valgrind: memcheck (invalid accesses, uninitialised values, leaks)" \
 VG=("$VALGRIND" -q --fair-sched=yes --error-exitcode=$FINDING --leak-check=full --show-leak-kinds=definite,indirect
     --errors-for-leak-kinds=definite,indirect --track-origins=yes --suppressions="$PWD/scripts/valgrind.supp")
 if ! command -v "$VALGRIND" >/dev/null 2>&1; then
-    note "  skipped: valgrind is missing (apt-get install valgrind)"
+    echo "  skipped: valgrind is missing (apt-get install valgrind)"
     record valgrind "-" "skipped: no valgrind"
 else
     dir=$OUT/valgrind
@@ -341,11 +375,11 @@ else
     # The Rust test binaries, as cargo test builds them.
     mapfile -t vtargets < <(test_targets valgrind)
     for t in tests/*.rs; do skipped valgrind "$(basename "$t" .rs)" &&
-        record valgrind "Rust $(basename "$t" .rs)" "skipped (see SANITIZE_SKIP_* in this script)"; done
+        record valgrind "Rust $(basename "$t" .rs)" "$SKIPPED"; done
     mapfile -t bins < <($CARGO test --no-run --message-format=json "${vtargets[@]}" 2>"$dir/cargo-build.log" |
         sed -n 's/.*"executable":"\([^"]*\)".*/\1/p')
     if [ "${#bins[@]}" -eq 0 ]; then
-        note "  no Rust test binaries (cargo test --no-run failed: $dir/cargo-build.log)"
+        echo "  no Rust test binaries (cargo test --no-run failed: $dir/cargo-build.log)"
         record valgrind "Rust tests" "BUILD FAILED"
         bad=1
     fi

@@ -1,0 +1,105 @@
+# SPDX-License-Identifier: MIT OR Apache-2.0
+# The benchmarks and their smoke stages. No timing is ever checked by a
+# stage: the smoke runs use tiny counts and judge delivery only.
+#
+#   make bench           bench-blocking and bench-peers, then
+#                        benches/side_by_side.rs in a
+#                        release build: libeventq (epoll, loop and blocking
+#                        paths) against crossbeam-channel, a semaphore-eventfd
+#                        queue, a pipe and the seed's bare eventfd, plus idle
+#                        wake-up (handshake and 1 ms idle-gap pacing) and
+#                        ping-pong latency; one table per configuration and
+#                        a summary that judges every performance target (met
+#                        or MISSED, with its figure) from the medians of that
+#                        run; then benches/footprint.rs (the fds and resident
+#                        memory of 10,000 idle channels).
+#                        A few minutes; take figures only on a quiet machine
+#                        (the table prints the load average and warns when it
+#                        is high). BENCH_ARGS passes options: --reps N,
+#                        --msgs N, --filter TEXT, --no-latency, --budget N
+#                        (the loop rows), --low-water N[,N..] (one more epoll
+#                        row per low-water mark), --send-fd (producers poll
+#                        the send fd instead of blocking in send).
+#   make bench-blocking  benches/blocking.rs: the blocking single-message
+#                        path (send/recv_into with Wait::Forever) against the
+#                        epoll path (Wait::Never, epoll_wait on the receive
+#                        fd, poll on the send fd), 1P1C, 8 B and 1 KiB, with
+#                        the ratio. BLOCKING_ARGS: --msgs N, --reps N.
+#   make bench-peers     benches/peers/*.c, built with $(CC) against the
+#                        distribution's libuv, ZeroMQ, nng and GLib (found by
+#                        benches/peers/configure.sh; Debian's libnng-dev has
+#                        no pkg-config module, so nng is also found by a
+#                        compile probe) and against libeventq's C ABI in the
+#                        test install. 1P1C and 4P1C, 8-byte and 1 KiB
+#                        messages, one table per configuration, with the
+#                        libeventq/peer ratios of its epoll and loop rows,
+#                        ending with the loop's targets (met or MISSED); six
+#                        to eight minutes on 2 CPUs, most of it nng's rows. A
+#                        peer library that is missing is left out, and the
+#                        program says so with its apt-get line (.ci/run
+#                        installs all four). PEERS_ARGS: --msgs N, --reps N,
+#                        --filter TEXT.
+#   make bench-go        the Go binding against Go's buffered channel
+#                        (bindings/go/bench_test.go), linked to the test
+#                        install. GO_BENCH_ARGS (default -bench . -count 5).
+#   make bench-python    thread-to-asyncio hand-off of small messages: eventq
+#                        against call_soon_threadsafe + asyncio.Queue and
+#                        queue.Queue through an executor. BENCH_PY_ARGS
+#                        passes options, e.g. --msgs 100000.
+#
+# Stages: bench-smoke (side_by_side --smoke: every configuration delivered
+# every message intact; footprint --smoke: 100 channels, each works),
+# blocking-bench-smoke (blocking --smoke), bench-peers-smoke (peers --smoke:
+# every message exactly once, whole and in order; then --selftest: faults
+# injected into the streams, lost, duplicated, swapped, corrupted or short
+# messages, must each be reported).
+
+BENCH_ARGS    ?=
+BLOCKING_ARGS ?=
+PEERS_ARGS    ?=
+GO_BENCH_ARGS ?= -bench . -count 5
+BENCH_PY_ARGS ?=
+PEERS_BUILD := $(BUILD)/bench-peers
+PEERS_BIN   := $(PEERS_BUILD)/peers
+PEERS_SRCS  := $(sort $(wildcard benches/peers/*.c))
+
+.PHONY: bench bench-blocking bench-peers bench-go bench-python
+
+# The prerequisites run first, in this order.
+bench: bench-blocking bench-peers | need-cargo
+	$(CARGO) bench --bench side_by_side -- $(BENCH_ARGS)
+	$(CARGO) bench --bench footprint
+
+bench-blocking: | need-cargo
+	$(CARGO) bench --bench blocking -- $(BLOCKING_ARGS)
+
+$(PEERS_BUILD)/cflags: FORCE | need-cc need-pkg-config
+	@CC="$(CC)" PKG_CONFIG="$(PKG_CONFIG)" benches/peers/configure.sh $(PEERS_BUILD)
+$(PEERS_BUILD)/libs: $(PEERS_BUILD)/cflags
+$(PEERS_BIN): $(PEERS_SRCS) benches/peers/peers.h $(PEERS_BUILD)/cflags $(PEERS_BUILD)/libs \
+              $(TEST_STAMP) | need-cc need-pkg-config
+	$(CC) $(C_STD_FLAGS) $(CFLAGS) $(call pc_test,--cflags) $$(cat $(PEERS_BUILD)/cflags) \
+	  $(PEERS_SRCS) -o $@ $(call pc_test,--libs) $$(cat $(PEERS_BUILD)/libs) -lm \
+	  $(RPATH_TEST) $(LDFLAGS)
+bench-peers: $(PEERS_BIN)
+	$(PEERS_BIN) $(PEERS_ARGS)
+
+bench-go: $(TEST_STAMP) | need-go
+	cd $(GO_DIR) && $(GO_ENV) $(GO) test -run '^$$' -benchmem $(GO_BENCH_ARGS)
+
+bench-python: $(PY_VENV)/.installed $(TEST_STAMP)
+	cd $(BUILD) && $(PY_ENV) $(PY) $(CURDIR)/$(PY_DIR)/bench/handoff.py $(BENCH_PY_ARGS)
+
+# Stage: side_by_side and footprint with tiny counts.
+stage-bench-smoke: | need-cargo
+	$(CARGO) bench --bench side_by_side -- --smoke
+	$(CARGO) bench --bench footprint -- --smoke
+
+# Stage: blocking with tiny counts.
+stage-blocking-bench-smoke: | need-cargo
+	$(CARGO) bench --bench blocking -- --smoke
+
+# Stage: the peer benchmark with tiny counts, then its fault self-test.
+stage-bench-peers-smoke: $(PEERS_BIN)
+	$(call timed,$(C_TEST_TIMEOUT)) $(PEERS_BIN) --smoke
+	$(call timed,$(C_TEST_TIMEOUT)) $(PEERS_BIN) --selftest
