@@ -81,6 +81,9 @@ pub struct eventq_chan_opts {
 /// `capacity`. Fields past the caller's size take their defaults.
 pub const EVENTQ_CHAN_OPTS_SIZE_MIN: usize = 16;
 const _: () = assert!(EVENTQ_CHAN_OPTS_SIZE_MIN == offset_of!(eventq_chan_opts, max_bytes));
+// Seven 8-byte fields and no padding, so write_sized copies no
+// uninitialised byte.
+const _: () = assert!(size_of::<eventq_chan_opts>() == 7 * 8);
 
 /// The smallest `size` of `eventq_chan_stats` accepted: `sent`.
 pub const EVENTQ_CHAN_STATS_SIZE_MIN: usize = 8;
@@ -227,8 +230,7 @@ pub extern "C" fn eventq_chan_opts_init(opts: *mut eventq_chan_opts, size: usize
     boundary!(PANIC, {
         ensure!(!opts.is_null());
         // SAFETY: opts points to `size` writable bytes (header: pass sizeof
-        // opts); eventq_chan_opts has no padding (checked by
-        // EVENTQ_CHAN_OPTS_SIZE_MIN's assertion and its field types).
+        // opts); eventq_chan_opts has no padding (asserted where defined).
         unsafe { write_sized(opts, size, EVENTQ_CHAN_OPTS_SIZE_MIN, &default_opts(size)) }
     })
 }
@@ -339,7 +341,8 @@ pub extern "C" fn eventq_chan_free_final(
 ) -> c_int {
     boundary!(PANIC, {
         ensure!(!out.is_null() && size >= EVENTQ_CHAN_STATS_SIZE_MIN);
-        // SAFETY: as eventq_chan_free (header).
+        // SAFETY: chan is NULL or a handle from eventq_chan_new or _clone,
+        // given up here: not used after or during (header).
         let handle = try_c!(unsafe { take_box(chan) }.ok_or(-libc::EINVAL));
         match handle.0.into_final_stats() {
             // SAFETY: out points to `size` writable bytes (header: pass
@@ -593,7 +596,7 @@ pub extern "C" fn eventq_chan_recv_batch(
             &mut []
         } else {
             // SAFETY: lens points to max_msgs writable size_t entries
-            // (header), none of them inside buf.
+            // (header).
             unsafe { slice::from_raw_parts_mut(lens, max_msgs) }
         };
         match chan.recv_batch(buf, lens, wait) {

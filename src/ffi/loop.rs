@@ -584,7 +584,8 @@ pub extern "C" fn eventq_source_free(src: *mut eventq_source) {
         if let Ok((lp, id)) = unsafe { source_ref(src) } {
             let _ = lp.remove(id);
         }
-        // SAFETY: as above; this releases the out reference once.
+        // SAFETY: src is NULL or an add call's out reference, released
+        // once, here (header).
         unsafe { free_arc(src) };
     })
 }

@@ -128,9 +128,7 @@ pub(crate) unsafe fn read_sized<T>(
     min: usize,
     into: &mut T,
 ) -> Result<(), c_int> {
-    if size < min {
-        return einval();
-    }
+    ensure!(size >= min, einval());
     let known = mem::size_of::<T>();
     // SAFETY: src points to `size` readable bytes (this function's
     // contract), which C does not change during the call.
