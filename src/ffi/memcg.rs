@@ -19,7 +19,7 @@ use super::event_loop::{
     add_source, eventq_destroy_fn, eventq_loop, eventq_source, loop_ref, status, Hook,
 };
 use super::{borrow, boundary, check, einval, free, give, neg, require, take, Handle, PANIC};
-use crate::event_loop::Event;
+use crate::event_loop::{Event, NewSource};
 use crate::memcg::{Cgroup, Level, MemEvent, Mode, PsiTrigger, Watch};
 
 /// A memory cgroup: its cgroup v1 `memory` directory, its cgroup2
@@ -583,7 +583,7 @@ pub extern "C" fn eventq_loop_add_memcg(
             _ => Ok(()),
         };
         add_source(lp, hook, out, on_event, |make| {
-            lp.add_watch_with(watch, make)
+            lp.add_with(NewSource::Memory(watch), make)
         })
     })
 }
