@@ -73,7 +73,7 @@ impl Loop {
         drop(table);
         let chan = consumer.chan();
         let mut spare = std::mem::take(&mut *self.shared.spare.lock());
-        let mut disables = self.shared.disables.load(Ordering::Acquire);
+        let mut disables_seen = self.shared.disable_count.load(Ordering::Acquire);
         let mut calls = 0;
         let mut result = Ok(());
         // Set when the dispatch itself ends the batch (failure, stop,
@@ -98,9 +98,9 @@ impl Loop {
                         // A callback may have removed or disabled this source
                         // (or another thread did): only then is the table
                         // worth a look.
-                        let now = self.shared.disables.load(Ordering::Acquire);
-                        if now != disables {
-                            disables = now;
+                        let now = self.shared.disable_count.load(Ordering::Acquire);
+                        if now != disables_seen {
+                            disables_seen = now;
                             cut_short = !self.is_live(id);
                         }
                     }

@@ -2,20 +2,20 @@
 //! The loop: an epoll dispatcher over fd, timer, channel, signal and
 //! memory-watch sources, with posts and stop from any thread (D8).
 //!
+//! One iteration waits for ready sources, runs their callbacks (once per fd
+//! event, per timer wake-up with its expiration count, per signal, per
+//! memory event, per channel message up to the source's budget), then the
+//! posts. Callbacks run with no lock held; once [`Loop::remove`] returns,
+//! the source's callback never runs again. A stop takes effect when the
+//! running callback returns ([`Loop::stop`]).
+//!
 //! This file is the API ([`Loop`], [`LoopHandle`]): making a loop, the one
 //! add path, changing and removing sources, running and stopping. The
-//! machinery sits beside it, a file per job:
-//!
-//! - `table.rs`: the source table and the ids that name its slots;
-//! - `dispatch.rs`: one iteration (wait, dispatch, posts) and running a
-//!   callback;
-//! - `chan_source.rs`: a channel source's dispatch (budget, lone source,
-//!   hand-on to other loops);
-//! - `posts.rs`: the task queue, the wake eventfd and stop;
-//! - `event.rs`: what callbacks see (`Event`, the `events` flags,
-//!   `Callback`).
-//!
-//! The crate path is `event_loop` since `loop` is a Rust keyword.
+//! machinery sits beside it, a file per job: `table.rs` (the source table
+//! and the ids of its slots), `dispatch.rs` (one iteration and running a
+//! callback), `chan_source.rs` (a channel source's dispatch), `posts.rs`
+//! (the task queue, the wake eventfd and stop), `event.rs` (what callbacks
+//! see). The crate path is `event_loop` since `loop` is a Rust keyword.
 
 #![forbid(unsafe_code)]
 
@@ -86,7 +86,7 @@ struct Shared {
     /// Counts removals and disables of sources, so a channel source's
     /// dispatch learns with one atomic load per message whether it must
     /// look at the table (under its lock) before the next callback.
-    disables: AtomicU64,
+    disable_count: AtomicU64,
     /// Channel sources' spare buffer: a long message is received by
     /// swapping its slot's buffer with this one (`Chan::recv_each`), so it
     /// is never copied. Only the running thread dispatches and it takes the
@@ -179,7 +179,7 @@ impl Loop {
             wake,
             stop_pending: AtomicBool::new(false),
             stop_count: AtomicU64::new(0),
-            disables: AtomicU64::new(0),
+            disable_count: AtomicU64::new(0),
             spare: Mutex::new(Vec::new()),
         });
         Ok(Loop { shared })
@@ -321,7 +321,7 @@ impl Loop {
                 (Kind::Memory(Box::new(watch)), events)
             }
         };
-        let res = self.insert(Entry::new(kind, events), make);
+        let res = self.insert(Entry::new(kind, events, DEFAULT_BUDGET), make);
         if let (Err(_), Some(signo)) = (&res, blocked_here) {
             // A failed add leaves the caller's signal mask as it found it.
             unblock_signal(signo);
@@ -376,7 +376,7 @@ impl Loop {
     pub fn remove(&self, id: SourceId) -> Result<()> {
         let mut table = self.shared.table.lock();
         let entry = table.take(id).ok_or(Error::Stale)?;
-        self.shared.disables.fetch_add(1, Ordering::Release);
+        self.shared.disable_count.fetch_add(1, Ordering::Release);
         if entry.in_epoll {
             // The fd may already be closed by its owner; that removed it.
             let _ = self.shared.epoll.delete(entry.fd());
@@ -417,7 +417,7 @@ impl Loop {
             }
         }
         if !enabled && entry.enabled {
-            self.shared.disables.fetch_add(1, Ordering::Release);
+            self.shared.disable_count.fetch_add(1, Ordering::Release);
         }
         entry.enabled = enabled;
         Ok(())

@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::thread::ThreadId;
 
 use super::event::Callback;
-use super::DEFAULT_BUDGET;
 use crate::chan::LoopConsumer;
 use crate::memcg::Watch;
 use crate::sys::{SignalFd, TimerFd};
@@ -95,13 +94,13 @@ pub(super) struct Entry {
 impl Entry {
     /// An enabled source, its callback still to come (it is made once the
     /// id is known).
-    pub(super) fn new(kind: Kind, events: u32) -> Entry {
+    pub(super) fn new(kind: Kind, events: u32, budget: usize) -> Entry {
         Entry {
             kind,
             events,
             enabled: true,
             in_epoll: true,
-            budget: DEFAULT_BUDGET,
+            budget,
             callback: None,
             error: 0,
         }
