@@ -88,7 +88,7 @@ impl Loop {
                 chan.recv_each(&mut spare, budget, |msg| {
                     calls += 1;
                     // Moved only on failure: copying the whole result after
-                    // every call is measurable too.
+                    // every call would cost on every message.
                     if let Err(e) = cb(self, id, Event::Message(msg)) {
                         result = Err(e);
                         cut_short = true;
