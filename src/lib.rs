@@ -30,7 +30,6 @@ pub mod event_loop;
 mod ffi;
 pub mod memcg;
 mod source;
-mod sync;
 #[allow(unsafe_code)]
 mod sys;
 
