@@ -55,7 +55,7 @@ pub(super) struct RingState {
 }
 
 #[cfg(not(loom))]
-type Lines = crate::sys::ZeroedLines;
+type Lines = crate::sys::ZeroedLines<HEADER_LINES>;
 
 /// Under loom a line's first two words are loom's atomics (the shared
 /// words, or a slot's stamp and length), the payload words std's.
@@ -72,11 +72,10 @@ impl RingState {
     /// The shared state of a ring of `slots` slots, or `None` if the memory
     /// cannot be had.
     pub(super) fn zeroed(slots: usize) -> Option<RingState> {
-        let n = slots.checked_add(HEADER_LINES)?;
         #[cfg(not(loom))]
-        let lines = crate::sys::ZeroedLines::new(n).ok()?;
+        let lines = Lines::new(slots).ok()?;
         #[cfg(loom)]
-        let lines = (0..n)
+        let lines = (0..slots.checked_add(HEADER_LINES)?)
             .map(|_| ModelLine {
                 model: Default::default(),
                 inline: Default::default(),
@@ -88,7 +87,7 @@ impl RingState {
     #[cfg(not(loom))]
     #[inline]
     fn word(&self, line: usize) -> &AtomicU64 {
-        &self.lines[line].0[0]
+        &self.lines.header()[line].0[0]
     }
 
     #[cfg(loom)]
@@ -124,7 +123,7 @@ impl RingState {
     #[cfg(not(loom))]
     #[inline]
     pub(super) fn slot(&self, i: usize) -> SlotRef<'_> {
-        let [stamp, len, inline @ ..] = &self.lines[HEADER_LINES + i].0;
+        let [stamp, len, inline @ ..] = &self.lines[i].0;
         SlotRef { stamp, len, inline }
     }
 

@@ -25,8 +25,10 @@ const ALIGN: usize = 128;
 /// The size from which the lines get a mapping of their own.
 const MAPPED_MIN: usize = 8 * 1024;
 
-/// `len` zeroed lines, 128-byte aligned, freed on drop.
-pub(crate) struct ZeroedLines {
+/// `H` header lines then `len` more, zeroed, 128-byte aligned, freed on
+/// drop. The header is a fixed-size array, so a word in it is reached at a
+/// constant offset, without a bounds check.
+pub(crate) struct ZeroedLines<const H: usize> {
     ptr: NonNull<Line>,
     len: usize,
     mapped: bool,
@@ -34,14 +36,14 @@ pub(crate) struct ZeroedLines {
 
 // SAFETY: the memory is owned by this value and reached only through
 // `&[Line]`, whose atomics are Sync.
-unsafe impl Send for ZeroedLines {}
+unsafe impl<const H: usize> Send for ZeroedLines<H> {}
 // SAFETY: as above.
-unsafe impl Sync for ZeroedLines {}
+unsafe impl<const H: usize> Sync for ZeroedLines<H> {}
 
-impl ZeroedLines {
-    /// `len` (at least 1) zeroed lines; `ENOMEM` rather than an abort when
-    /// they cannot be had.
-    pub(crate) fn new(len: usize) -> io::Result<ZeroedLines> {
+impl<const H: usize> ZeroedLines<H> {
+    /// The header and `len` zeroed lines; `ENOMEM` rather than an abort
+    /// when they cannot be had.
+    pub(crate) fn new(len: usize) -> io::Result<ZeroedLines<H>> {
         let layout = Self::layout(len).ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
         if layout.size() < MAPPED_MIN {
             // SAFETY: the layout's size is non-zero (len >= 1).
@@ -76,8 +78,19 @@ impl ZeroedLines {
         })
     }
 
+    /// The header.
+    #[inline]
+    pub(crate) fn header(&self) -> &[Line; H] {
+        // SAFETY: the memory starts with `H` zeroed lines (see `deref`),
+        // and `[Line; H]` has the layout of `H` consecutive lines.
+        unsafe { &*self.ptr.as_ptr().cast::<[Line; H]>() }
+    }
+
+    /// The memory for `len` lines after the header.
     fn layout(len: usize) -> Option<Layout> {
-        let bytes = len.checked_mul(std::mem::size_of::<Line>())?;
+        let bytes = len
+            .checked_add(H)?
+            .checked_mul(std::mem::size_of::<Line>())?;
         if bytes == 0 {
             return None;
         }
@@ -85,17 +98,20 @@ impl ZeroedLines {
     }
 }
 
-impl std::ops::Deref for ZeroedLines {
+/// The `len` lines after the header.
+impl<const H: usize> std::ops::Deref for ZeroedLines<H> {
     type Target = [Line];
+    #[inline]
     fn deref(&self) -> &[Line] {
-        // SAFETY: the memory holds `len` lines, aligned to 128 (page-aligned
-        // when mapped), zero-filled (all zeros is a valid `Line`), lives
-        // until drop, and is written only through the atomics.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        // SAFETY: the memory holds `H + len` lines, aligned to 128
+        // (page-aligned when mapped), zero-filled (all zeros is a valid
+        // `Line`), lives until drop, and is written only through the
+        // atomics.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(H), self.len) }
     }
 }
 
-impl Drop for ZeroedLines {
+impl<const H: usize> Drop for ZeroedLines<H> {
     fn drop(&mut self) {
         let layout = Self::layout(self.len).expect("the layout `new` used");
         if self.mapped {
