@@ -29,7 +29,6 @@ pub mod event_loop;
 #[allow(unsafe_code)]
 mod ffi;
 pub mod memcg;
-mod sync;
 #[allow(unsafe_code)]
 mod sys;
 

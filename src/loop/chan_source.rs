@@ -111,7 +111,7 @@ impl Loop {
                 Ok((_, end)) => end,
                 Err(_) => {
                     result = Err(panicked());
-                    break EachEnd::More;
+                    break EachEnd::Stopped;
                 }
             };
             // The budget ran out with messages left. With other sources (or
@@ -119,10 +119,10 @@ impl Loop {
             // source this is goes on without one. Either way (and when a
             // stop, failure or removal cut the batch short) another loop on
             // this channel, asleep, may take what is left: wake it.
-            if end == EachEnd::More {
+            if end == EachEnd::Stopped {
                 consumer.pass_on();
             }
-            if end != EachEnd::More
+            if end != EachEnd::Stopped
                 || cut_short
                 || !lone_source_may_go_on
                 || self.stopped(stops_seen)
