@@ -689,7 +689,3 @@ pub extern "C" fn eventq_msg_free(msg: *mut eventq_msg) {
         unsafe { free_box(msg) }
     })
 }
-
-// Keeps `Chan::send_raw_fd` (cfg capi, now unused: the ABI takes
-// `send_fd`) from a dead-code warning until it is deleted with this line.
-const _: fn(&Chan) -> crate::Result<std::os::fd::RawFd> = Chan::send_raw_fd;

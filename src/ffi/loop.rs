@@ -22,7 +22,7 @@ use super::{
 };
 use crate::chan::Wait;
 use crate::error::Error;
-use crate::event_loop::{events, Callback, Event, Loop, LoopHandle, SourceId};
+use crate::event_loop::{events, Callback, Event, Loop, LoopHandle, NewSource, SourceId};
 
 /// An event loop. Free with `eventq_loop_free`.
 pub struct eventq_loop(Loop);
@@ -420,7 +420,7 @@ pub extern "C" fn eventq_loop_add_fd(
             _ => Ok(()),
         };
         add_source(lp, hook, out, on_event, |make| {
-            lp.add_fd_with(fd, events, make)
+            lp.add_with(NewSource::Fd { fd, events }, make)
         })
     })
 }
@@ -459,7 +459,7 @@ pub extern "C" fn eventq_loop_add_timer(
             _ => Ok(()),
         };
         add_source(lp, hook, out, on_event, |make| {
-            lp.add_timer_with(first, interval, make)
+            lp.add_with(NewSource::Timer { first, interval }, make)
         })
     })
 }
@@ -507,7 +507,9 @@ pub extern "C" fn eventq_loop_add_chan(
             Event::Closed => status(cb(src, ptr::null(), 0, ud)),
             _ => Ok(()),
         };
-        add_source(lp, hook, out, on_event, |make| lp.add_chan_with(chan, make))
+        add_source(lp, hook, out, on_event, |make| {
+            lp.add_with(NewSource::Chan(chan), make)
+        })
     })
 }
 
@@ -545,7 +547,7 @@ pub extern "C" fn eventq_loop_add_signal(
             _ => Ok(()),
         };
         add_source(lp, hook, out, on_event, |make| {
-            lp.add_signal_with(signo, make)
+            lp.add_with(NewSource::Signal(signo), make)
         })
     })
 }

@@ -22,7 +22,7 @@ use super::{
     borrow, boundary, einval, ensure, free_box, out_new_handle, out_ref, take_box, to_code, try_c,
     Handle, OwnershipBox, PANIC,
 };
-use crate::event_loop::Event;
+use crate::event_loop::{Event, NewSource};
 use crate::memcg::{Cgroup, Level, MemEvent, Mode, PsiTrigger, Watch};
 
 /// A memory cgroup: its cgroup v1 `memory` directory, its cgroup2
@@ -652,7 +652,7 @@ pub extern "C" fn eventq_loop_add_memcg(
             _ => Ok(()),
         };
         add_source(lp, hook, out, on_event, |make| {
-            lp.add_watch_with(watch, make)
+            lp.add_with(NewSource::Memory(watch), make)
         })
     })
 }
