@@ -10,7 +10,7 @@
 //! (D1-D9).
 //!
 //! - [`chan`]: the channel ([`Chan`]).
-//! - [`event_loop`] (`src/loop.rs`): the epoll loop ([`Loop`]).
+//! - [`event_loop`] (`src/loop/`): the epoll loop ([`Loop`]).
 //! - [`memcg`]: memory-pressure watches, a source kind of the loop.
 //! - `ffi` (feature `capi`, for the C library only): the C ABI
 //!   (`include/eventq.h`).
@@ -21,7 +21,7 @@
 
 pub mod chan;
 pub mod error;
-#[path = "loop.rs"]
+#[path = "loop/mod.rs"]
 pub mod event_loop;
 // The C ABI: exported from the C library's builds, not Rust API (its
 // functions take raw pointers that safe Rust could pass wrongly).
@@ -29,8 +29,6 @@ pub mod event_loop;
 #[allow(unsafe_code)]
 mod ffi;
 pub mod memcg;
-mod source;
-mod sync;
 #[allow(unsafe_code)]
 mod sys;
 

@@ -75,10 +75,12 @@ import (
 type Events uint32
 
 const (
-	In    Events = C.EVENTQ_IN
-	Pri   Events = C.EVENTQ_PRI
-	Out   Events = C.EVENTQ_OUT
-	Err   Events = C.EVENTQ_ERR // always reported, whether asked for or not
+	In  Events = C.EVENTQ_IN
+	Pri Events = C.EVENTQ_PRI
+	Out Events = C.EVENTQ_OUT
+	// Fault reports an error condition on the fd (EPOLLERR); always reported,
+	// whether asked for or not.
+	Fault Events = C.EVENTQ_ERR
 	Hup   Events = C.EVENTQ_HUP // always reported, whether asked for or not
 	RdHup Events = C.EVENTQ_RDHUP
 	// Edge makes the source edge-triggered: each change is reported once.
@@ -86,6 +88,11 @@ const (
 	// OneShot disables the source after one event; SetEnabled(true)
 	// re-arms it.
 	OneShot Events = C.EVENTQ_ONESHOT
+
+	// Err is the old name of Fault.
+	//
+	// Deprecated: Go names error values Err…; use Fault.
+	Err = Fault
 )
 
 // FdFunc is called on the loop's goroutine when an fd source is ready, with
@@ -598,7 +605,7 @@ func (l *Loop) add(s *Source, call func(c *loopCore, h C.uintptr_t, out **C.even
 	return s, nil
 }
 
-// AddFd calls fn when fd is ready for events (In, Out, Pri, RdHup; Err and
+// AddFd calls fn when fd is ready for events (In, Out, Pri, RdHup; Fault and
 // Hup are always reported; level-triggered unless Edge; OneShot disables
 // the source after one event). The fd stays the caller's: remove the
 // source before closing it. Never pass an fd Go's netpoller owns (an

@@ -1,72 +1,126 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-//! The slot ring under the channel: a bounded MPMC queue of byte messages
-//! without a queue lock (the algorithm of crossbeam's `ArrayQueue`, D. Vyukov's
-//! bounded queue), written without `unsafe`.
+//! The ring: a bounded multi-producer multi-consumer queue of byte messages
+//! without a queue lock (the algorithm of crossbeam's `ArrayQueue`, D.
+//! Vyukov's bounded queue), bounded in messages and, optionally, in bytes.
 //!
 //! - `tail` and `head` are positions that only grow; message `pos` lives in
 //!   slot `pos % cap`. A sender claims `pos` by moving `tail` from `pos` to
 //!   `pos + 1` with one CAS, a receiver claims it by moving `head` the same
-//!   way. Each word also carries a few flag bits below the position (see
-//!   `TAIL_*`, `HEAD_*`), so the CAS that claims a slot also reads them: a
-//!   busy channel learns "nobody needs a wake-up" without a fence.
+//!   way. Each word also carries a few flag bits below the position
+//!   ([`Word`], [`Flags`]): the ring owns one (`TAIL_CLOSED`); the doorbells
+//!   and the parking of blocked threads own the others. The CAS that claims
+//!   a slot returns the word before it, flags included, so a claimer learns
+//!   them without another read.
 //! - Each slot's `stamp` says whose turn it is: `2 * pos` = empty, ready for
 //!   the sender of `pos`; `2 * pos + 1` = holds message `pos`. The receiver
-//!   of `pos` hands the slot to the sender of `pos + cap`. A thread touches a
-//!   slot's payload only while the stamp says it is its turn. Slot `i`
-//!   stores its stamp less `2 * i`, so that a new ring, every slot waiting
-//!   for the sender of its own index, is all zeros: allocated zeroed, its
-//!   pages stay unmapped until used (an idle channel's slots cost no
-//!   memory). The subtraction is one instruction on an index computed
-//!   anyway.
-//! - A message of up to `INLINE_MAX` bytes is stored in the slot itself, in
-//!   atomic words written and read with relaxed ordering (the stamp's
-//!   release/acquire orders them): plain moves, and the slot is one cache
-//!   line. A longer message goes to the slot's heap buffer, behind a mutex
-//!   that is never contended (the stamp already serialises its users) and
-//!   exists so this file needs no `unsafe`. A profile of the first version,
-//!   which put every message behind that mutex, showed its lock and unlock
-//!   as a third of the 8-byte send and a sixth of the receive.
-//! - Buffers stay in their slots, so the steady-state copy path allocates
-//!   nothing. The buffers themselves (one mutex and `Vec` per slot) are
-//!   allocated at the channel's first long message, so a channel that only
-//!   carries short ones never has them.
+//!   of `pos` hands the slot to the sender of `pos + cap`. A thread touches
+//!   a slot's payload only while the stamp says it is its turn. Slot `i`
+//!   stores its stamp less `2 * i`, so that a new ring is all zeros.
+//! - A message of up to `INLINE_MAX` bytes is stored in the slot's words,
+//!   written and read with relaxed ordering (the stamp's release/acquire
+//!   orders them); a longer one in the slot's heap buffer, which stays with
+//!   the slot, so the steady-state copy path allocates nothing.
+//! - With a byte limit, a sender reserves its message's bytes by CAS before
+//!   it claims a slot, and a receiver gives them back after the head moved.
 
-use std::sync::OnceLock;
-
-use crate::error::{Error, Result};
-use crate::sync::{AtomicU64, Backoff, CachePadded, Ordering, SlotBuf, SlotRef, Slots, SLOT_WORDS};
+use super::options::Limits;
+use super::shim::{fence, AtomicU64, Backoff, Ordering};
+use super::slots::{Buffers, RingState, SlotRef, INLINE_MAX};
 
 /// Flag bits below the position in `tail` and `head`.
 const FLAG_BITS: u32 = 3;
 /// Adds one to a word's position.
-pub(super) const ONE: u64 = 1 << FLAG_BITS;
+const ONE: u64 = 1 << FLAG_BITS;
+
+/// Some of a word's flag bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Flags(u64);
+
+impl Flags {
+    /// Flag bit `n` of a word.
+    pub(super) const fn bit(n: u32) -> Flags {
+        assert!(n < FLAG_BITS, "a word has FLAG_BITS flag bits");
+        Flags(1 << n)
+    }
+
+    pub(super) const fn or(self, other: Flags) -> Flags {
+        Flags(self.0 | other.0)
+    }
+
+    /// Whether `self` and `other` share no bit.
+    pub(super) const fn disjoint(self, other: Flags) -> bool {
+        self.0 & other.0 == 0
+    }
+}
 
 /// `tail`: the channel is closed; no send succeeds after the CAS that set it.
-pub(super) const TAIL_CLOSED: u64 = 1;
-/// `tail`: the receive doorbell is raised.
-pub(super) const TAIL_RECV_RAISED: u64 = 2;
-/// `tail`: a receiver may be blocked in the library, waiting for a message.
-pub(super) const TAIL_RECV_WAITERS: u64 = 4;
-/// `head`: the send doorbell is lowered.
-pub(super) const HEAD_SEND_LOWERED: u64 = 1;
-/// `head`: a sender may be blocked in the library, waiting for room.
-pub(super) const HEAD_SEND_WAITERS: u64 = 2;
+pub(super) const TAIL_CLOSED: Flags = Flags::bit(0);
 
-/// The position part of a `head` or `tail` word.
-pub(super) fn position(word: u64) -> u64 {
-    word >> FLAG_BITS
+/// A `head` or `tail` word as read: a position and flag bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Word(u64);
+
+impl Word {
+    pub(super) fn position(self) -> u64 {
+        self.0 >> FLAG_BITS
+    }
+
+    /// Whether any of `flags` is set.
+    pub(super) fn has(self, flags: Flags) -> bool {
+        self.0 & flags.0 != 0
+    }
+
+    /// Every flag set in either word.
+    pub(super) fn union(self, other: Word) -> Word {
+        Word(self.0 | other.0)
+    }
+}
+
+/// One of the ring's two shared words, `tail` or `head`, with the
+/// operations the channel makes on it. Every read-modify-write is SeqCst.
+#[derive(Clone, Copy)]
+pub(super) struct SharedWord<'a>(&'a AtomicU64);
+
+impl SharedWord<'_> {
+    pub(super) fn load(self, order: Ordering) -> Word {
+        Word(self.0.load(order))
+    }
+
+    /// The latest value: a read-modify-write never reads a stale one.
+    pub(super) fn latest(self) -> Word {
+        Word(self.0.fetch_or(0, Ordering::SeqCst))
+    }
+
+    /// Sets `flags`; returns the word before.
+    pub(super) fn set(self, flags: Flags) -> Word {
+        Word(self.0.fetch_or(flags.0, Ordering::SeqCst))
+    }
+
+    /// Clears `flags`; returns the word before.
+    pub(super) fn clear(self, flags: Flags) -> Word {
+        Word(self.0.fetch_and(!flags.0, Ordering::SeqCst))
+    }
+
+    /// Flips `flags` if the word still is `seen`; false if it moved since
+    /// (the caller judged by a stale word and must judge again).
+    pub(super) fn flip_if_unchanged(self, seen: Word, flags: Flags) -> bool {
+        self.0
+            .compare_exchange(seen.0, seen.0 ^ flags.0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    }
+
+    /// Claims position `seen.position()` by moving the word to the next.
+    fn claim(self, seen: Word) -> Result<(), Word> {
+        self.0
+            .compare_exchange_weak(seen.0, seen.0 + ONE, Ordering::SeqCst, Ordering::Relaxed)
+            .map(drop)
+            .map_err(Word)
+    }
 }
 
 /// Buffers that grew past this are freed when their message is received, so
 /// one huge message does not pin its memory for the channel's life.
 const SPARE_BUF_MAX: usize = 64 * 1024;
-
-/// Messages up to this long are stored in the slot (after its stamp and
-/// length, which is readable before the slot is claimed, so a receiver can
-/// refuse a message that does not fit without taking it), longer ones in
-/// its heap buffer. A slot is one cache line, aligned: a sender filling
-/// slot `p` does not disturb the receiver reading slot `p - 1`.
-pub(super) const INLINE_MAX: usize = (SLOT_WORDS - 2) * 8;
 
 /// A message as a receiver gets it, still in its slot.
 pub(super) enum Payload<'a> {
@@ -94,21 +148,6 @@ impl Payload<'_> {
     }
 }
 
-pub(super) struct Ring {
-    /// Written by receivers.
-    pub(super) head: CachePadded<AtomicU64>,
-    /// Written by senders.
-    pub(super) tail: CachePadded<AtomicU64>,
-    slots: Slots,
-    /// Heap buffers for long messages, one per slot, apart from the slots
-    /// so the short-message path never touches them; allocated by the
-    /// first long message.
-    bufs: OnceLock<Box<[SlotBuf]>>,
-    cap: u64,
-    /// `cap - 1` if `cap` is a power of two above 1, else 0.
-    mask: u64,
-}
-
 /// Why a push did not happen.
 pub(super) enum PushError {
     Full,
@@ -122,7 +161,7 @@ pub(super) enum PushError {
 pub(super) struct Claimed<T> {
     pub(super) value: T,
     pub(super) pos: u64,
-    pub(super) word: u64,
+    pub(super) word: Word,
     /// The message's length.
     pub(super) len: usize,
 }
@@ -131,21 +170,29 @@ pub(super) struct Claimed<T> {
 pub(super) enum Pop<T> {
     Took(Claimed<T>),
     /// Nothing pending: the `tail` word that showed it (for `TAIL_CLOSED`).
-    Empty(u64),
+    Empty(Word),
     /// The head message is longer than the caller accepts; it stays queued.
     TooLong(usize),
 }
 
+pub(super) struct Ring {
+    state: RingState,
+    bufs: Buffers,
+    limits: Limits,
+    cap: u64,
+    /// `cap - 1` if `cap` is a power of two above 1, else 0.
+    mask: u64,
+}
+
 impl Ring {
-    /// A ring of `cap` slots, allocated now; fails with ENOMEM rather than
-    /// aborting when a huge capacity cannot be had.
-    pub(super) fn new(cap: usize) -> Result<Ring> {
-        let slots = Slots::zeroed(cap).ok_or_else(no_memory)?;
-        Ok(Ring {
-            head: CachePadded(AtomicU64::new(0)),
-            tail: CachePadded(AtomicU64::new(0)),
-            slots,
-            bufs: OnceLock::new(),
+    /// A ring with `limits`, its slots allocated now; `None` rather than an
+    /// abort when a huge capacity cannot be had.
+    pub(super) fn new(limits: Limits) -> Option<Ring> {
+        let cap = limits.capacity;
+        Some(Ring {
+            state: RingState::zeroed(cap)?,
+            bufs: Buffers::new(),
+            limits,
             cap: cap as u64,
             mask: if cap > 1 && cap.is_power_of_two() {
                 cap as u64 - 1
@@ -155,8 +202,68 @@ impl Ring {
         })
     }
 
-    pub(super) fn cap(&self) -> u64 {
-        self.cap
+    pub(super) fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Moved by senders.
+    #[inline]
+    pub(super) fn tail(&self) -> SharedWord<'_> {
+        SharedWord(self.state.tail())
+    }
+
+    /// Moved by receivers.
+    #[inline]
+    pub(super) fn head(&self) -> SharedWord<'_> {
+        SharedWord(self.state.head())
+    }
+
+    pub(super) fn byte_limited(&self) -> bool {
+        self.limits.max_bytes.is_some()
+    }
+
+    /// The bytes queued (0 without a byte limit, which keeps no count).
+    pub(super) fn bytes(&self) -> u64 {
+        self.state.bytes().load(Ordering::SeqCst)
+    }
+
+    /// How many messages lie between `head` and `tail`.
+    pub(super) fn depth(tail: Word, head: Word) -> u64 {
+        tail.position().saturating_sub(head.position())
+    }
+
+    /// Whether a message of `len` bytes fits a queue `depth` deep holding
+    /// `bytes`.
+    pub(super) fn fits(&self, depth: u64, bytes: u64, len: usize) -> bool {
+        depth < self.cap
+            && self
+                .limits
+                .max_bytes
+                .is_none_or(|max| bytes + len as u64 <= max as u64)
+    }
+
+    /// Whether a queue `depth` deep holding `bytes` is full.
+    pub(super) fn is_full(&self, depth: u64, bytes: u64) -> bool {
+        depth >= self.cap || self.limits.max_bytes.is_some_and(|max| bytes >= max as u64)
+    }
+
+    /// Whether a queue `depth` deep holding `bytes` is at or below the
+    /// low-water mark.
+    pub(super) fn is_low(&self, depth: u64, bytes: u64) -> bool {
+        depth <= self.limits.low_water as u64 && bytes <= self.limits.low_water_bytes as u64
+    }
+
+    /// Whether the queue is at or below the low-water mark now, with `head`
+    /// a position the head has reached (a lower bound; 0 to read it).
+    pub(super) fn at_low_water(&self, head: u64) -> bool {
+        let head = head.max(self.head().load(Ordering::SeqCst).position());
+        let depth = self
+            .tail()
+            .load(Ordering::SeqCst)
+            .position()
+            .saturating_sub(head);
+        let bytes = if self.byte_limited() { self.bytes() } else { 0 };
+        self.is_low(depth, bytes)
     }
 
     fn index(&self, pos: u64) -> usize {
@@ -173,35 +280,13 @@ impl Ring {
     /// waiting for the sender of `pos` (`2 * pos` less twice its index).
     fn slot(&self, pos: u64) -> (SlotRef<'_>, u64) {
         let i = self.index(pos);
-        (self.slots.get(i), 2 * (pos - i as u64))
-    }
-
-    /// The slots' heap buffers, once the first long message allocated them.
-    fn bufs(&self) -> &[SlotBuf] {
-        self.bufs
-            .get()
-            .expect("a long message allocated the buffers")
-    }
-
-    /// Allocates the slots' heap buffers if they are not yet, before a long
-    /// message claims a slot (which cannot be undone).
-    fn ensure_bufs(&self) -> Result<(), PushError> {
-        if self.bufs.get().is_some() {
-            return Ok(());
-        }
-        let mut bufs = Vec::new();
-        bufs.try_reserve_exact(self.cap as usize)
-            .map_err(|_| PushError::NoMemory)?;
-        bufs.extend((0..self.cap).map(|_| SlotBuf::new()));
-        // A racing sender may have set them first: either is as good.
-        let _ = self.bufs.set(bufs.into_boxed_slice());
-        Ok(())
+        (self.state.slot(i), 2 * (pos - i as u64))
     }
 
     /// Stores message `pos` (its slot is the caller's by the stamp).
     fn write(&self, pos: u64, msg: &[u8]) {
         let i = self.index(pos);
-        let slot = self.slots.get(i);
+        let slot = self.state.slot(i);
         if msg.len() <= INLINE_MAX {
             // Whole words apart from the tail, so the compiler emits plain
             // moves rather than a memcpy call per word.
@@ -218,7 +303,7 @@ impl Ring {
                 slot.inline[n].store(u64::from_ne_bytes(w), Ordering::Relaxed);
             }
         } else {
-            let mut buf = self.bufs()[i].lock();
+            let mut buf = self.bufs.get(i).lock();
             buf.clear();
             buf.extend_from_slice(msg);
         }
@@ -243,7 +328,7 @@ impl Ring {
             }
             take(Payload::Inline(&out[..len]))
         } else {
-            let mut buf = self.bufs()[self.index(pos)].lock();
+            let mut buf = self.bufs.get(self.index(pos)).lock();
             let value = take(Payload::Heap(&mut buf));
             if buf.capacity() > SPARE_BUF_MAX {
                 *buf = Vec::new();
@@ -252,28 +337,63 @@ impl Ring {
         }
     }
 
-    /// Queues a copy of `msg` unless the ring is full or closed.
+    /// Reserves `len` bytes under the byte limit, before a push: false when
+    /// there is no limit (nothing reserved). Fails if they do not fit (or
+    /// the ring is closed).
+    pub(super) fn reserve_bytes(&self, len: usize) -> Result<bool, PushError> {
+        let Some(max) = self.limits.max_bytes else {
+            return Ok(false);
+        };
+        let bytes = self.state.bytes();
+        let mut queued = bytes.load(Ordering::Relaxed);
+        loop {
+            if queued + len as u64 > max as u64 {
+                if self.tail().load(Ordering::SeqCst).has(TAIL_CLOSED) {
+                    return Err(PushError::Closed);
+                }
+                return Err(PushError::Full);
+            }
+            match bytes.compare_exchange_weak(
+                queued,
+                queued + len as u64,
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Ok(true),
+                Err(now) => queued = now,
+            }
+        }
+    }
+
+    /// Gives back bytes (a receive, or a reservation whose push failed) and
+    /// returns the `head` word seen after it. The fence pairs with the one
+    /// a doorbell settle or a sender about to sleep makes after announcing
+    /// itself in `head`: either it sees the bytes freed, or the caller sees
+    /// its flag and acts on it.
+    pub(super) fn release_bytes(&self, len: usize) -> Word {
+        self.state.bytes().fetch_sub(len as u64, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        self.head().load(Ordering::SeqCst)
+    }
+
+    /// Queues a copy of `msg` unless the ring is full or closed (its bytes,
+    /// under a byte limit, reserved first).
     pub(super) fn push(&self, msg: &[u8]) -> Result<Claimed<()>, PushError> {
-        if msg.len() > INLINE_MAX {
-            self.ensure_bufs()?;
+        if msg.len() > INLINE_MAX && !self.bufs.ensure(self.cap as usize) {
+            return Err(PushError::NoMemory);
         }
         let mut backoff = Backoff::new();
-        let mut tail = self.tail.load(Ordering::Relaxed);
+        let mut tail = self.tail().load(Ordering::Relaxed);
         loop {
-            if tail & TAIL_CLOSED != 0 {
+            if tail.has(TAIL_CLOSED) {
                 return Err(PushError::Closed);
             }
-            let pos = position(tail);
+            let pos = tail.position();
             let (slot, empty) = self.slot(pos);
             let stamp = slot.stamp.load(Ordering::Acquire);
             if stamp == empty {
-                match self.tail.compare_exchange_weak(
-                    tail,
-                    tail + ONE,
-                    Ordering::SeqCst,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => {
+                match self.tail().claim(tail) {
+                    Ok(()) => {
                         self.write(pos, msg);
                         slot.stamp.store(empty + 1, Ordering::Release);
                         return Ok(Claimed {
@@ -289,30 +409,31 @@ impl Ring {
                 if stamp < empty {
                     // The slot still holds message `pos - cap`: full, unless
                     // a receiver has claimed it and is copying it out.
-                    let head = self.head.load(Ordering::SeqCst);
-                    if position(head) + self.cap <= pos {
+                    let head = self.head().load(Ordering::SeqCst);
+                    if head.position() + self.cap <= pos {
                         return Err(PushError::Full);
                     }
                 }
                 // Otherwise another sender took `pos` first, or a receiver
                 // is mid-copy: look again.
                 backoff.snooze();
-                tail = self.tail.load(Ordering::Relaxed);
+                tail = self.tail().load(Ordering::Relaxed);
             }
         }
     }
 
-    /// Takes the head message if `accept(len)` says yes, giving its buffer
-    /// to `take`. A refused message stays at the head.
+    /// Takes the head message if `accept(len)` says yes, giving its payload
+    /// to `take`. A refused message stays at the head. The caller gives
+    /// back its bytes (`release_bytes`) under a byte limit.
     pub(super) fn pop<T>(
         &self,
         accept: impl Fn(usize) -> bool,
         take: &mut impl FnMut(Payload<'_>) -> T,
     ) -> Pop<T> {
         let mut backoff = Backoff::new();
-        let mut head = self.head.load(Ordering::Relaxed);
+        let mut head = self.head().load(Ordering::Relaxed);
         loop {
-            let pos = position(head);
+            let pos = head.position();
             let (slot, empty) = self.slot(pos);
             let stamp = slot.stamp.load(Ordering::Acquire);
             if stamp == empty + 1 {
@@ -320,20 +441,15 @@ impl Ring {
                 if !accept(len) {
                     // Only if `pos` is still the head: otherwise the length
                     // may belong to a message another receiver took.
-                    let now = self.head.load(Ordering::Relaxed);
+                    let now = self.head().load(Ordering::Relaxed);
                     if now == head {
                         return Pop::TooLong(len);
                     }
                     head = now;
                     continue;
                 }
-                match self.head.compare_exchange_weak(
-                    head,
-                    head + ONE,
-                    Ordering::SeqCst,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => {
+                match self.head().claim(head) {
+                    Ok(()) => {
                         let value = self.read(pos, len, take);
                         slot.stamp.store(empty + 2 * self.cap, Ordering::Release);
                         return Pop::Took(Claimed {
@@ -349,13 +465,13 @@ impl Ring {
                 if stamp == empty {
                     // Not written yet: empty, unless a sender has claimed
                     // the slot and is copying into it.
-                    let tail = self.tail.load(Ordering::SeqCst);
-                    if position(tail) == pos {
+                    let tail = self.tail().load(Ordering::SeqCst);
+                    if tail.position() == pos {
                         return Pop::Empty(tail);
                     }
                 }
                 backoff.snooze();
-                head = self.head.load(Ordering::Relaxed);
+                head = self.head().load(Ordering::Relaxed);
             }
         }
     }
@@ -377,6 +493,26 @@ impl Ring {
         slot.stamp.load(Ordering::Acquire) >= empty
     }
 
+    /// Records the depth a send ending at position `end` (exclusive) saw, if
+    /// it is a new peak. Read off slot stamps rather than the head, whose
+    /// line every receive writes: the depth at the send's last message
+    /// exceeds the peak iff the message `peak` places before it is still
+    /// queued; only then (at most once per new peak) is the head read.
+    pub(super) fn record_peak(&self, end: u64) {
+        let peak = self.state.peak().load(Ordering::Relaxed);
+        if peak < self.cap && end > peak && !self.is_free_for(end - 1 - peak + self.cap) {
+            let head = self.head().load(Ordering::Relaxed).position();
+            // A head read late only overstates the depth; capped at capacity.
+            let depth = end.saturating_sub(head).min(self.cap);
+            self.state.peak().fetch_max(depth, Ordering::Relaxed);
+        }
+    }
+
+    /// The most messages ever queued at once (a recent value).
+    pub(super) fn peak(&self) -> u64 {
+        self.state.peak().load(Ordering::Relaxed)
+    }
+
     /// The length of message `pos`, for counting what is queued. Only
     /// meaningful for `head <= pos < tail`, and exact when no call is in
     /// progress.
@@ -387,16 +523,12 @@ impl Ring {
     /// Gives each message still queued to `f`, oldest first, and returns how
     /// many; for the last handle, when no other thread can touch the ring.
     pub(super) fn drain(&self, mut f: impl FnMut(&[u8])) -> u64 {
-        let head = position(self.head.load(Ordering::SeqCst));
-        let tail = position(self.tail.load(Ordering::SeqCst));
+        let head = self.head().load(Ordering::SeqCst).position();
+        let tail = self.tail().load(Ordering::SeqCst).position();
         for p in head..tail {
             let len = self.len_at(p);
             self.read(p, len, &mut |m: Payload<'_>| f(m.bytes()));
         }
         tail - head
     }
-}
-
-pub(super) fn no_memory() -> Error {
-    Error::from_errno(libc::ENOMEM)
 }

@@ -3,12 +3,14 @@
 
 use std::ffi::{c_int, c_void};
 use std::mem::{offset_of, size_of};
+use std::os::fd::AsRawFd;
 use std::ptr;
 use std::slice;
 
 use super::{
-    borrow, boundary, check, einval, free, give, int_count, neg, put, read_sized, require, take,
-    wait_of, write_sized, Handle, PANIC,
+    borrow, boundary, code_of, einval, ensure, free_box, int_count, new_handle, out_new_handle,
+    read_sized, take_box, to_code, try_c, wait_of, write_out, write_sized, Handle, OwnershipBox,
+    UserData, PANIC,
 };
 use crate::chan::{Chan, Options, Stats};
 
@@ -16,12 +18,16 @@ use crate::chan::{Chan, Options, Stats};
 /// channel lives until its last handle is freed.
 pub struct eventq_chan(Chan);
 
-impl Handle for eventq_chan {}
+impl Handle for eventq_chan {
+    type Ownership = OwnershipBox;
+}
 
 /// A received message owned by the caller; free it with `eventq_msg_free`.
 pub struct eventq_msg(Vec<u8>);
 
-impl Handle for eventq_msg {}
+impl Handle for eventq_msg {
+    type Ownership = OwnershipBox;
+}
 
 /// `low_water` value meaning "half the capacity". The header defines it as
 /// `SIZE_MAX` (build.rs), which cbindgen cannot spell.
@@ -75,6 +81,9 @@ pub struct eventq_chan_opts {
 /// `capacity`. Fields past the caller's size take their defaults.
 pub const EVENTQ_CHAN_OPTS_SIZE_MIN: usize = 16;
 const _: () = assert!(EVENTQ_CHAN_OPTS_SIZE_MIN == offset_of!(eventq_chan_opts, max_bytes));
+// Seven 8-byte fields and no padding, so write_sized copies no
+// uninitialised byte.
+const _: () = assert!(size_of::<eventq_chan_opts>() == 7 * 8);
 
 /// The smallest `size` of `eventq_chan_stats` accepted: `sent`.
 pub const EVENTQ_CHAN_STATS_SIZE_MIN: usize = 8;
@@ -135,52 +144,61 @@ impl From<Stats> for eventq_chan_stats {
     }
 }
 
-/// The user's drop hook, made callable from whichever thread frees last.
+/// The user's drop hook and its userdata (which has no destroy hook), called
+/// from whichever thread frees the last handle.
 struct DropHook {
     f: extern "C" fn(*mut c_void, *const u8, usize),
-    userdata: *mut c_void,
+    userdata: UserData,
 }
 
 impl DropHook {
     fn call(&self, msg: &[u8]) {
-        (self.f)(self.userdata, msg.as_ptr(), msg.len());
+        (self.f)(self.userdata.ptr(), msg.as_ptr(), msg.len());
     }
 }
 
-// SAFETY: the header documents that drop_fn runs on the thread that frees
-// the last handle, so the caller vouches that userdata may be used there.
-unsafe impl Send for DropHook {}
-// SAFETY: the hook is called by one thread only (the last free).
-unsafe impl Sync for DropHook {}
-
-pub(crate) fn chan_ref<'a>(chan: *const eventq_chan) -> Result<&'a Chan, c_int> {
-    borrow(chan).map(|c| &c.0)
+/// The channel behind a handle; -EINVAL for NULL.
+///
+/// # Safety
+/// As [`borrow`]: `chan` is NULL or a live channel handle.
+pub(crate) unsafe fn chan_ref<'a>(chan: *const eventq_chan) -> Result<&'a Chan, c_int> {
+    // SAFETY: this function's contract is borrow's.
+    unsafe { borrow(chan) }.map(|c| &c.0)
 }
 
 /// `len` bytes at `data` of a message for `chan`; NULL is allowed only for
 /// length 0. The length is checked against the channel's maximum before a
 /// slice is made, since no slice may exceed `isize::MAX` bytes.
-fn bytes_in<'a>(chan: &Chan, data: *const c_void, len: usize) -> Result<&'a [u8], c_int> {
+///
+/// # Safety
+/// `data` is NULL or points to `len` readable bytes that nothing changes
+/// during `'a`.
+unsafe fn bytes_in<'a>(chan: &Chan, data: *const c_void, len: usize) -> Result<&'a [u8], c_int> {
     if data.is_null() {
         return if len == 0 { Ok(&[]) } else { einval() };
     }
     if len > chan.max_msg_size() {
         return Err(-libc::EMSGSIZE);
     }
-    // SAFETY: the caller passes a buffer of at least len readable bytes.
+    // SAFETY: data points to len readable bytes (this function's contract),
+    // and len is at most the channel's maximum, far below isize::MAX.
     Ok(unsafe { slice::from_raw_parts(data.cast::<u8>(), len) })
 }
 
 /// `cap` writable bytes at `buf`; NULL is allowed only for capacity 0.
 /// Capacities past `isize::MAX` (no real buffer has one) are clamped, since
 /// no slice may be longer.
-fn bytes_out<'a>(buf: *mut c_void, cap: usize) -> Result<&'a mut [u8], c_int> {
+///
+/// # Safety
+/// `buf` is NULL or points to `cap` writable bytes that nothing else
+/// accesses during `'a`.
+unsafe fn bytes_out<'a>(buf: *mut c_void, cap: usize) -> Result<&'a mut [u8], c_int> {
     if buf.is_null() {
         return if cap == 0 { Ok(&mut []) } else { einval() };
     }
     let cap = cap.min(isize::MAX as usize);
-    // SAFETY: the caller passes a buffer of at least cap writable bytes that
-    // nothing else accesses during the call.
+    // SAFETY: buf points to at least cap writable bytes that only this
+    // slice accesses (this function's contract).
     Ok(unsafe { slice::from_raw_parts_mut(buf.cast::<u8>(), cap) })
 }
 
@@ -210,8 +228,10 @@ fn default_opts(size: usize) -> eventq_chan_opts {
 #[no_mangle]
 pub extern "C" fn eventq_chan_opts_init(opts: *mut eventq_chan_opts, size: usize) -> c_int {
     boundary!(PANIC, {
-        require!(!opts.is_null());
-        write_sized(opts, size, EVENTQ_CHAN_OPTS_SIZE_MIN, &default_opts(size))
+        ensure!(!opts.is_null());
+        // SAFETY: opts points to `size` writable bytes (header: pass sizeof
+        // opts); eventq_chan_opts has no padding (asserted where defined).
+        unsafe { write_sized(opts, size, EVENTQ_CHAN_OPTS_SIZE_MIN, &default_opts(size)) }
     })
 }
 
@@ -237,14 +257,16 @@ pub extern "C" fn eventq_chan_new(
     out: *mut *mut eventq_chan,
 ) -> c_int {
     boundary!(PANIC, {
-        require!(!out.is_null());
+        ensure!(!out.is_null());
         let mut o = default_opts(size_of::<eventq_chan_opts>());
         if !opts.is_null() {
             // SAFETY: a non-NULL opts points to a struct whose first field,
             // `size`, is initialised, as the header requires.
             let size = unsafe { ptr::addr_of!((*opts).size).read() };
-            let rc = read_sized(opts, size, EVENTQ_CHAN_OPTS_SIZE_MIN, &mut o);
-            require!(rc == 0, rc);
+            // SAFETY: opts points to `size` readable bytes, filled by
+            // eventq_chan_opts_init (header); its fields are integers, a
+            // pointer and an optional fn pointer, which take any bytes.
+            try_c!(unsafe { read_sized(opts, size, EVENTQ_CHAN_OPTS_SIZE_MIN, &mut o) });
         }
         let mut options = Options::new(o.capacity);
         if o.max_bytes != 0 {
@@ -259,13 +281,15 @@ pub extern "C" fn eventq_chan_new(
         if let Some(f) = o.drop_fn {
             let hook = DropHook {
                 f,
-                userdata: o.drop_userdata,
+                userdata: UserData::new(o.drop_userdata, None),
             };
             options = options.on_drop(move |m| hook.call(m));
         }
         match Chan::new(options) {
-            Ok(chan) => give(out, eventq_chan(chan)),
-            Err(e) => neg(&e),
+            // SAFETY: out is non-NULL (checked) and points to a handle
+            // pointer (header).
+            Ok(chan) => unsafe { out_new_handle(out, eventq_chan(chan)) },
+            Err(e) => to_code(&e),
         }
     })
 }
@@ -278,8 +302,10 @@ pub extern "C" fn eventq_chan_new(
 #[no_mangle]
 pub extern "C" fn eventq_chan_clone(chan: *const eventq_chan) -> *mut eventq_chan {
     boundary!(ptr::null_mut(), {
-        match chan_ref(chan) {
-            Ok(c) => super::into_raw(eventq_chan(c.clone())),
+        // SAFETY: chan is NULL or a handle from eventq_chan_new or _clone,
+        // not freed (header).
+        match unsafe { chan_ref(chan) } {
+            Ok(c) => new_handle(eventq_chan(c.clone())),
             Err(_) => ptr::null_mut(),
         }
     })
@@ -292,7 +318,11 @@ pub extern "C" fn eventq_chan_clone(chan: *const eventq_chan) -> *mut eventq_cha
 /// Thread safety: any thread; the handle must not be used after or during.
 #[no_mangle]
 pub extern "C" fn eventq_chan_free(chan: *mut eventq_chan) {
-    boundary!((), { free(chan) })
+    boundary!((), {
+        // SAFETY: chan is NULL or a handle from eventq_chan_new or _clone,
+        // given up here: not used after or during (header).
+        unsafe { free_box(chan) }
+    })
 }
 
 /// Frees a handle like `eventq_chan_free`. If it was the last, writes the
@@ -310,10 +340,14 @@ pub extern "C" fn eventq_chan_free_final(
     size: usize,
 ) -> c_int {
     boundary!(PANIC, {
-        require!(!out.is_null() && size >= EVENTQ_CHAN_STATS_SIZE_MIN);
-        let handle = check!(take(chan).ok_or(-libc::EINVAL));
+        ensure!(!out.is_null() && size >= EVENTQ_CHAN_STATS_SIZE_MIN);
+        // SAFETY: chan is NULL or a handle from eventq_chan_new or _clone,
+        // given up here: not used after or during (header).
+        let handle = try_c!(unsafe { take_box(chan) }.ok_or(-libc::EINVAL));
         match handle.0.into_final_stats() {
-            Some(s) => write_sized(out, size, EVENTQ_CHAN_STATS_SIZE_MIN, &s.into()) + 1,
+            // SAFETY: out points to `size` writable bytes (header: pass
+            // sizeof *out); eventq_chan_stats is all u64, no padding.
+            Some(s) => unsafe { write_sized(out, size, EVENTQ_CHAN_STATS_SIZE_MIN, &s.into()) + 1 },
             None => 0,
         }
     })
@@ -340,7 +374,11 @@ pub extern "C" fn eventq_chan_free_final(
 /// Thread safety: any thread.
 #[no_mangle]
 pub extern "C" fn eventq_chan_recv_fd(chan: *const eventq_chan) -> c_int {
-    boundary!(PANIC, { check!(chan_ref(chan)).recv_raw_fd() })
+    boundary!(PANIC, {
+        // SAFETY: chan is NULL or a handle from eventq_chan_new or _clone,
+        // not freed (header).
+        try_c!(unsafe { chan_ref(chan) }).recv_raw_fd()
+    })
 }
 
 /// The fd to poll for room: not readable while the channel is full and open;
@@ -365,9 +403,11 @@ pub extern "C" fn eventq_chan_recv_fd(chan: *const eventq_chan) -> c_int {
 #[no_mangle]
 pub extern "C" fn eventq_chan_send_fd(chan: *const eventq_chan) -> c_int {
     boundary!(PANIC, {
-        match check!(chan_ref(chan)).send_raw_fd() {
-            Ok(fd) => fd,
-            Err(e) => neg(&e),
+        // SAFETY: chan is NULL or a handle from eventq_chan_new or _clone,
+        // not freed (header).
+        match try_c!(unsafe { chan_ref(chan) }).send_fd() {
+            Ok(fd) => fd.as_raw_fd(),
+            Err(e) => to_code(&e),
         }
     })
 }
@@ -393,13 +433,13 @@ pub extern "C" fn eventq_chan_send(
     timeout_ns: i64,
 ) -> c_int {
     boundary!(PANIC, {
-        let chan = check!(chan_ref(chan));
-        let msg = check!(bytes_in(chan, data, len));
-        let wait = check!(wait_of(timeout_ns));
-        match chan.send(msg, wait) {
-            Ok(()) => 0,
-            Err(e) => neg(&e),
-        }
+        // SAFETY: chan is NULL or a handle from eventq_chan_new or _clone,
+        // not freed (header).
+        let chan = try_c!(unsafe { chan_ref(chan) });
+        // SAFETY: data is NULL or points to len readable bytes (header).
+        let msg = try_c!(unsafe { bytes_in(chan, data, len) });
+        let wait = try_c!(wait_of(timeout_ns));
+        code_of(chan.send(msg, wait))
     })
 }
 
@@ -422,30 +462,35 @@ pub extern "C" fn eventq_chan_send_batch(
     timeout_ns: i64,
 ) -> c_int {
     boundary!(PANIC, {
-        let chan = check!(chan_ref(chan));
-        let wait = check!(wait_of(timeout_ns));
-        require!(count <= c_int::MAX as usize);
-        require!(!msgs.is_null() || count == 0);
+        // SAFETY: chan is NULL or a handle from eventq_chan_new or _clone,
+        // not freed (header).
+        let chan = try_c!(unsafe { chan_ref(chan) });
+        let wait = try_c!(wait_of(timeout_ns));
+        ensure!(count <= c_int::MAX as usize);
+        ensure!(!msgs.is_null() || count == 0);
         let bufs: &[eventq_buf] = if msgs.is_null() {
             &[]
         } else {
-            // SAFETY: msgs points to count initialised eventq_buf entries.
+            // SAFETY: msgs points to count initialised eventq_buf entries
+            // (header).
             unsafe { slice::from_raw_parts(msgs, count) }
         };
         // Check every entry before queueing any, so a bad pointer late in
         // the batch cannot leave a half-sent batch behind an error.
-        require!(!bufs.iter().any(|b| b.data.is_null() && b.len != 0));
+        ensure!(!bufs.iter().any(|b| b.data.is_null() && b.len != 0));
         // A message over the size limit ends the prefix (the first one fails
         // the call); entries past it are never turned into slices.
         let max = chan.max_msg_size();
         let sendable = bufs.iter().position(|b| b.len > max).unwrap_or(bufs.len());
-        require!(sendable > 0 || bufs.is_empty(), -libc::EMSGSIZE);
+        ensure!(sendable > 0 || bufs.is_empty(), -libc::EMSGSIZE);
+        // SAFETY: each data is NULL only with len 0 (checked) or points to
+        // len readable bytes (header).
         let iter = bufs[..sendable]
             .iter()
-            .map(|b| bytes_in(chan, b.data, b.len).unwrap_or(&[]));
+            .map(|b| unsafe { bytes_in(chan, b.data, b.len) }.unwrap_or(&[]));
         match chan.send_batch(iter, wait) {
             Ok(n) => int_count(n),
-            Err(e) => neg(&e),
+            Err(e) => to_code(&e),
         }
     })
 }
@@ -470,22 +515,23 @@ pub extern "C" fn eventq_chan_recv(
     timeout_ns: i64,
 ) -> c_int {
     boundary!(PANIC, {
-        let chan = check!(chan_ref(chan));
-        require!(!len.is_null());
-        let buf = check!(bytes_out(buf, cap));
-        let wait = check!(wait_of(timeout_ns));
-        match chan.recv_into(buf, wait) {
-            Ok(n) => {
-                put(len, n);
-                0
-            }
-            Err(e) => {
-                if let crate::Error::BufferTooSmall { needed } = e {
-                    put(len, needed);
-                }
-                neg(&e)
-            }
-        }
+        // SAFETY: chan is NULL or a handle from eventq_chan_new or _clone,
+        // not freed (header).
+        let chan = try_c!(unsafe { chan_ref(chan) });
+        ensure!(!len.is_null());
+        // SAFETY: buf is NULL or points to cap writable bytes (header).
+        let buf = try_c!(unsafe { bytes_out(buf, cap) });
+        let wait = try_c!(wait_of(timeout_ns));
+        let res = chan.recv_into(buf, wait);
+        // The length received, or on -EMSGSIZE the length needed.
+        let n = match res {
+            Ok(n) | Err(crate::Error::BufferTooSmall { needed: n }) => n,
+            Err(e) => return to_code(&e),
+        };
+        // SAFETY: len is non-NULL (checked) and points to a size_t
+        // (header).
+        unsafe { write_out(len, n) };
+        code_of(res.map(|_| ()))
     })
 }
 
@@ -504,12 +550,16 @@ pub extern "C" fn eventq_chan_recv_msg(
     timeout_ns: i64,
 ) -> c_int {
     boundary!(PANIC, {
-        let chan = check!(chan_ref(chan));
-        require!(!out.is_null());
-        let wait = check!(wait_of(timeout_ns));
+        // SAFETY: chan is NULL or a handle from eventq_chan_new or _clone,
+        // not freed (header).
+        let chan = try_c!(unsafe { chan_ref(chan) });
+        ensure!(!out.is_null());
+        let wait = try_c!(wait_of(timeout_ns));
         match chan.recv(wait) {
-            Ok(m) => give(out, eventq_msg(m)),
-            Err(e) => neg(&e),
+            // SAFETY: out is non-NULL (checked) and points to a handle
+            // pointer (header).
+            Ok(m) => unsafe { out_new_handle(out, eventq_msg(m)) },
+            Err(e) => to_code(&e),
         }
     })
 }
@@ -534,15 +584,19 @@ pub extern "C" fn eventq_chan_recv_batch(
     timeout_ns: i64,
 ) -> c_int {
     boundary!(PANIC, {
-        let chan = check!(chan_ref(chan));
-        let buf = check!(bytes_out(buf, cap));
-        let wait = check!(wait_of(timeout_ns));
+        // SAFETY: chan is NULL or a handle from eventq_chan_new or _clone,
+        // not freed (header).
+        let chan = try_c!(unsafe { chan_ref(chan) });
+        // SAFETY: buf is NULL or points to cap writable bytes (header).
+        let buf = try_c!(unsafe { bytes_out(buf, cap) });
+        let wait = try_c!(wait_of(timeout_ns));
         let max_msgs = max_msgs.min(c_int::MAX as usize);
-        require!(!lens.is_null() || max_msgs == 0);
+        ensure!(!lens.is_null() || max_msgs == 0);
         let lens: &mut [usize] = if lens.is_null() {
             &mut []
         } else {
-            // SAFETY: lens points to max_msgs writable size_t entries.
+            // SAFETY: lens points to max_msgs writable size_t entries
+            // (header).
             unsafe { slice::from_raw_parts_mut(lens, max_msgs) }
         };
         match chan.recv_batch(buf, lens, wait) {
@@ -551,7 +605,7 @@ pub extern "C" fn eventq_chan_recv_batch(
                 if let crate::Error::BufferTooSmall { needed } = e {
                     lens[0] = needed;
                 }
-                neg(&e)
+                to_code(&e)
             }
         }
     })
@@ -566,7 +620,9 @@ pub extern "C" fn eventq_chan_recv_batch(
 #[no_mangle]
 pub extern "C" fn eventq_chan_close(chan: *const eventq_chan) -> c_int {
     boundary!(PANIC, {
-        check!(chan_ref(chan)).close();
+        // SAFETY: chan is NULL or a handle from eventq_chan_new or _clone,
+        // not freed (header).
+        try_c!(unsafe { chan_ref(chan) }).close();
         0
     })
 }
@@ -587,9 +643,13 @@ pub extern "C" fn eventq_chan_get_stats(
     size: usize,
 ) -> c_int {
     boundary!(PANIC, {
-        let chan = check!(chan_ref(chan));
-        require!(!out.is_null());
-        write_sized(out, size, EVENTQ_CHAN_STATS_SIZE_MIN, &chan.stats().into())
+        // SAFETY: chan is NULL or a handle from eventq_chan_new or _clone,
+        // not freed (header).
+        let chan = try_c!(unsafe { chan_ref(chan) });
+        ensure!(!out.is_null());
+        // SAFETY: out points to `size` writable bytes (header: pass sizeof
+        // *out); eventq_chan_stats is all u64, no padding.
+        unsafe { write_sized(out, size, EVENTQ_CHAN_STATS_SIZE_MIN, &chan.stats().into()) }
     })
 }
 
@@ -600,7 +660,9 @@ pub extern "C" fn eventq_chan_get_stats(
 #[no_mangle]
 pub extern "C" fn eventq_msg_data(msg: *const eventq_msg) -> *const u8 {
     boundary!(ptr::null(), {
-        borrow(msg).map_or(ptr::null(), |m| m.0.as_ptr())
+        // SAFETY: msg is NULL or a message from eventq_chan_recv_msg, not
+        // freed (header).
+        unsafe { borrow(msg) }.map_or(ptr::null(), |m| m.0.as_ptr())
     })
 }
 
@@ -609,7 +671,11 @@ pub extern "C" fn eventq_msg_data(msg: *const eventq_msg) -> *const u8 {
 /// Thread safety: any thread that owns the message.
 #[no_mangle]
 pub extern "C" fn eventq_msg_len(msg: *const eventq_msg) -> usize {
-    boundary!(0, { borrow(msg).map_or(0, |m| m.0.len()) })
+    boundary!(0, {
+        // SAFETY: msg is NULL or a message from eventq_chan_recv_msg, not
+        // freed (header).
+        unsafe { borrow(msg) }.map_or(0, |m| m.0.len())
+    })
 }
 
 /// Frees a received message. NULL is a no-op.
@@ -617,5 +683,9 @@ pub extern "C" fn eventq_msg_len(msg: *const eventq_msg) -> usize {
 /// Thread safety: any thread that owns the message.
 #[no_mangle]
 pub extern "C" fn eventq_msg_free(msg: *mut eventq_msg) {
-    boundary!((), { free(msg) })
+    boundary!((), {
+        // SAFETY: msg is NULL or a message from eventq_chan_recv_msg, given
+        // up here: not used after or during (header).
+        unsafe { free_box(msg) }
+    })
 }

@@ -8,24 +8,28 @@
 //! -ESTALE instead of touching freed memory.
 
 use std::ffi::{c_int, c_void};
+use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
 use std::ptr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::chan::eventq_chan;
 pub use super::eventq_destroy_fn;
 use super::{
-    borrow, boundary, check, free, give, int_count, neg, require, share, wait_of, Handle, UserData,
-    PANIC,
+    borrow, boundary, clone_arc, code_of, ensure, free_arc, free_box, int_count, out_new_handle,
+    out_ref, to_code, try_c, wait_of, Handle, OwnershipArc, OwnershipBox, UserData, PANIC,
 };
 use crate::chan::Wait;
 use crate::error::Error;
-use crate::event_loop::{events, Callback, Event, Loop, LoopHandle, SourceId};
+use crate::event_loop::{events, Callback, Event, Loop, LoopHandle, NewSource, SourceId};
 
 /// An event loop. Free with `eventq_loop_free`.
 pub struct eventq_loop(Loop);
 
-impl Handle for eventq_loop {}
+impl Handle for eventq_loop {
+    type Ownership = OwnershipBox;
+}
 
 /// A source of a loop (see `eventq_loop_add_fd` and the other adds, and
 /// `eventq_loop_add_memcg`).
@@ -35,7 +39,7 @@ pub struct eventq_source {
 }
 
 impl Handle for eventq_source {
-    const SHARED: bool = true;
+    type Ownership = OwnershipArc;
 }
 
 /// fd readiness flags: the epoll values.
@@ -102,28 +106,13 @@ pub type eventq_signal_fn =
 /// A task posted with `eventq_loop_post`.
 pub type eventq_post_fn = Option<extern "C" fn(arg: *mut c_void)>;
 
-/// The C side of a source: userdata with its destroy hook, and the
-/// source's own handle reference. Dropped exactly once: when the source
-/// goes away, or when the add call fails.
+/// The C side of a source: its own handle reference (the `src` its
+/// callback receives, made once the source exists) and the userdata with
+/// its destroy hook. Dropped exactly once, releasing them in that order:
+/// when the source goes away, or when the add call fails.
 pub(crate) struct Hook {
+    src: Option<Arc<eventq_source>>,
     userdata: UserData,
-    src: *const eventq_source,
-}
-
-// SAFETY: userdata is Send (see UserData); src is a shared handle whose
-// reference count is atomic.
-unsafe impl Send for Hook {}
-
-impl Hook {
-    fn src(&self) -> *mut eventq_source {
-        self.src.cast_mut()
-    }
-}
-
-impl Drop for Hook {
-    fn drop(&mut self) {
-        free(self.src);
-    }
 }
 
 /// A C callback's return as a result.
@@ -135,14 +124,23 @@ pub(crate) fn status(rc: c_int) -> crate::Result<()> {
     }
 }
 
-pub(crate) fn loop_ref<'a>(lp: *const eventq_loop) -> Result<&'a Loop, c_int> {
-    borrow(lp).map(|l| &l.0)
+/// The loop behind a handle; -EINVAL for NULL.
+///
+/// # Safety
+/// As [`borrow`]: `lp` is NULL or a live loop handle.
+pub(crate) unsafe fn loop_ref<'a>(lp: *const eventq_loop) -> Result<&'a Loop, c_int> {
+    // SAFETY: this function's contract is borrow's.
+    unsafe { borrow(lp) }.map(|l| &l.0)
 }
 
 /// The live loop and id behind a source handle.
-fn source_ref(src: *const eventq_source) -> Result<(Loop, SourceId), c_int> {
-    let src = borrow(src)?;
-    let lp = src.lp.upgrade().map_err(|e| neg(&e))?;
+///
+/// # Safety
+/// As [`borrow`]: `src` is NULL or a live reference of a source handle.
+unsafe fn source_ref(src: *const eventq_source) -> Result<(Loop, SourceId), c_int> {
+    // SAFETY: this function's contract is borrow's.
+    let src = unsafe { borrow(src) }?;
+    let lp = src.lp.upgrade().map_err(|e| to_code(&e))?;
     Ok((lp, src.id))
 }
 
@@ -155,24 +153,31 @@ impl Hook {
     /// every path, failure included, runs destroy(userdata) exactly once.
     pub(crate) fn new(userdata: *mut c_void, destroy: eventq_destroy_fn) -> Hook {
         Hook {
+            src: None,
             userdata: UserData::new(userdata, destroy),
-            src: ptr::null(),
         }
     }
 
-    /// Makes the source's handle. Runs under the loop's lock, before the
-    /// callback can run, so the caller's extra reference (for `out`) exists
-    /// before a callback could remove the source and drop the hook's.
+    /// Makes the source's handle, and returns another reference to it if
+    /// `out_wanted`. Runs under the loop's lock, before the callback can
+    /// run, so the caller's reference (for `out`) exists before a callback
+    /// could remove the source and drop the hook's.
     fn attach(&mut self, lp: &Loop, id: SourceId, out_wanted: bool) -> *mut eventq_source {
-        let src = super::into_raw(eventq_source {
+        let src = self.src.insert(Arc::new(eventq_source {
             lp: lp.handle(),
             id,
-        });
+        }));
         if out_wanted {
-            share(src);
+            clone_arc(src)
+        } else {
+            ptr::null_mut()
         }
-        self.src = src;
-        src
+    }
+
+    fn src(&self) -> *mut eventq_source {
+        self.src
+            .as_ref()
+            .map_or(ptr::null_mut(), |src| Arc::as_ptr(src).cast_mut())
     }
 }
 
@@ -181,11 +186,11 @@ impl Hook {
 /// `Hook::attach`) and a callback that passes each event to `on_event` with
 /// the handle and userdata. If the add fails before the factory runs, the
 /// hook is dropped here and destroy(userdata) runs. Returns 0 with the
-/// handle in `*out`, or the error.
+/// handle in `*out` (from [`out_ref`]; if not NULL), or the error.
 pub(crate) fn add_source(
     lp: &Loop,
     hook: Hook,
-    out: *mut *mut eventq_source,
+    out: Option<&mut MaybeUninit<*mut eventq_source>>,
     on_event: impl FnMut(*mut eventq_source, *mut c_void, Event<'_>) -> crate::Result<()>
         + Send
         + 'static,
@@ -193,22 +198,23 @@ pub(crate) fn add_source(
 ) -> c_int {
     let mut made = ptr::null_mut();
     let (mut hook, mut on_event) = (Some(hook), Some(on_event));
+    let out_wanted = out.is_some();
     let res = register(&mut |id| {
         let (mut hook, mut f) = (
             hook.take().expect("factory runs once"),
             on_event.take().expect("factory runs once"),
         );
-        made = hook.attach(lp, id, !out.is_null());
+        made = hook.attach(lp, id, out_wanted);
         Box::new(move |_, _, ev| f(hook.src(), hook.userdata.ptr(), ev))
     });
     match res {
         Ok(_) => {
-            if !out.is_null() {
-                super::put(out, made);
+            if let Some(out) = out {
+                out.write(made);
             }
             0
         }
-        Err(e) => neg(&e),
+        Err(e) => to_code(&e),
     }
 }
 
@@ -219,10 +225,12 @@ pub(crate) fn add_source(
 #[no_mangle]
 pub extern "C" fn eventq_loop_new(out: *mut *mut eventq_loop) -> c_int {
     boundary!(PANIC, {
-        require!(!out.is_null());
+        ensure!(!out.is_null());
         match Loop::new() {
-            Ok(lp) => give(out, eventq_loop(lp)),
-            Err(e) => neg(&e),
+            // SAFETY: out is non-NULL (checked) and points to a handle
+            // pointer (header).
+            Ok(lp) => unsafe { out_new_handle(out, eventq_loop(lp)) },
+            Err(e) => to_code(&e),
         }
     })
 }
@@ -234,7 +242,11 @@ pub extern "C" fn eventq_loop_new(out: *mut *mut eventq_loop) -> c_int {
 /// Thread safety: not while the loop runs or other threads use it.
 #[no_mangle]
 pub extern "C" fn eventq_loop_free(lp: *mut eventq_loop) {
-    boundary!((), { free(lp) })
+    boundary!((), {
+        // SAFETY: lp is NULL or a loop from eventq_loop_new, given up here:
+        // not running nor used by other threads (header).
+        unsafe { free_box(lp) }
+    })
 }
 
 /// The loop's own fd: readable while some source has work. To embed the loop
@@ -246,7 +258,11 @@ pub extern "C" fn eventq_loop_free(lp: *mut eventq_loop) {
 /// Thread safety: any thread.
 #[no_mangle]
 pub extern "C" fn eventq_loop_fd(lp: *const eventq_loop) -> c_int {
-    boundary!(PANIC, { check!(loop_ref(lp)).fd().as_raw_fd() })
+    boundary!(PANIC, {
+        // SAFETY: lp is NULL or a loop from eventq_loop_new, not freed
+        // (header).
+        try_c!(unsafe { loop_ref(lp) }).fd().as_raw_fd()
+    })
 }
 
 /// Runs the loop until `eventq_loop_stop`. Returns 0 when stopped; -EBUSY if
@@ -257,10 +273,9 @@ pub extern "C" fn eventq_loop_fd(lp: *const eventq_loop) -> c_int {
 #[no_mangle]
 pub extern "C" fn eventq_loop_run(lp: *const eventq_loop) -> c_int {
     boundary!(PANIC, {
-        match check!(loop_ref(lp)).run() {
-            Ok(()) => 0,
-            Err(e) => neg(&e),
-        }
+        // SAFETY: lp is NULL or a loop from eventq_loop_new, not freed
+        // (header).
+        code_of(try_c!(unsafe { loop_ref(lp) }).run())
     })
 }
 
@@ -275,15 +290,17 @@ pub extern "C" fn eventq_loop_run(lp: *const eventq_loop) -> c_int {
 #[no_mangle]
 pub extern "C" fn eventq_loop_run_once(lp: *const eventq_loop, timeout_ns: i64) -> c_int {
     boundary!(PANIC, {
-        let lp = check!(loop_ref(lp));
-        let timeout = match check!(wait_of(timeout_ns)) {
+        // SAFETY: lp is NULL or a loop from eventq_loop_new, not freed
+        // (header).
+        let lp = try_c!(unsafe { loop_ref(lp) });
+        let timeout = match try_c!(wait_of(timeout_ns)) {
             Wait::Forever => None,
             Wait::Never => Some(Duration::ZERO),
             Wait::For(d) => Some(d),
         };
         match lp.run_once(timeout) {
             Ok(n) => int_count(n),
-            Err(e) => neg(&e),
+            Err(e) => to_code(&e),
         }
     })
 }
@@ -306,7 +323,9 @@ pub extern "C" fn eventq_loop_run_once(lp: *const eventq_loop, timeout_ns: i64) 
 #[no_mangle]
 pub extern "C" fn eventq_loop_stop(lp: *const eventq_loop) -> c_int {
     boundary!(PANIC, {
-        check!(loop_ref(lp)).stop();
+        // SAFETY: lp is NULL or a loop from eventq_loop_new, not freed
+        // (header).
+        try_c!(unsafe { loop_ref(lp) }).stop();
         0
     })
 }
@@ -330,15 +349,14 @@ pub extern "C" fn eventq_loop_post(
 ) -> c_int {
     boundary!(PANIC, {
         let arg = UserData::new(arg, destroy);
-        let lp = check!(loop_ref(lp));
+        // SAFETY: lp is NULL or a loop from eventq_loop_new, not freed
+        // (header).
+        let lp = try_c!(unsafe { loop_ref(lp) });
         let Some(f) = f else {
             return -libc::EINVAL;
         };
         let task = PostTask { f, arg };
-        match lp.post(move |_| task.run()) {
-            Ok(()) => 0,
-            Err(e) => neg(&e),
-        }
+        code_of(lp.post(move |_| task.run()))
     })
 }
 
@@ -389,7 +407,11 @@ pub extern "C" fn eventq_loop_add_fd(
 ) -> c_int {
     boundary!(PANIC, {
         let hook = Hook::new(userdata, destroy);
-        let lp = check!(loop_ref(lp));
+        // SAFETY: out is NULL or points to a handle pointer (header).
+        let out = unsafe { out_ref(out) };
+        // SAFETY: lp is NULL or a loop from eventq_loop_new, not freed
+        // (header).
+        let lp = try_c!(unsafe { loop_ref(lp) });
         let Some(cb) = cb else {
             return -libc::EINVAL;
         };
@@ -398,7 +420,7 @@ pub extern "C" fn eventq_loop_add_fd(
             _ => Ok(()),
         };
         add_source(lp, hook, out, on_event, |make| {
-            lp.add_fd_with(fd, events, make)
+            lp.add_with(NewSource::Fd { fd, events }, make)
         })
     })
 }
@@ -423,7 +445,11 @@ pub extern "C" fn eventq_loop_add_timer(
 ) -> c_int {
     boundary!(PANIC, {
         let hook = Hook::new(userdata, destroy);
-        let lp = check!(loop_ref(lp));
+        // SAFETY: out is NULL or points to a handle pointer (header).
+        let out = unsafe { out_ref(out) };
+        // SAFETY: lp is NULL or a loop from eventq_loop_new, not freed
+        // (header).
+        let lp = try_c!(unsafe { loop_ref(lp) });
         let Some(cb) = cb else {
             return -libc::EINVAL;
         };
@@ -433,7 +459,7 @@ pub extern "C" fn eventq_loop_add_timer(
             _ => Ok(()),
         };
         add_source(lp, hook, out, on_event, |make| {
-            lp.add_timer_with(first, interval, make)
+            lp.add_with(NewSource::Timer { first, interval }, make)
         })
     })
 }
@@ -465,8 +491,14 @@ pub extern "C" fn eventq_loop_add_chan(
 ) -> c_int {
     boundary!(PANIC, {
         let hook = Hook::new(userdata, destroy);
-        let lp = check!(loop_ref(lp));
-        let chan = check!(super::chan::chan_ref(chan));
+        // SAFETY: out is NULL or points to a handle pointer (header).
+        let out = unsafe { out_ref(out) };
+        // SAFETY: lp is NULL or a loop from eventq_loop_new, not freed
+        // (header).
+        let lp = try_c!(unsafe { loop_ref(lp) });
+        // SAFETY: chan is NULL or a handle from eventq_chan_new or _clone,
+        // not freed (header).
+        let chan = try_c!(unsafe { super::chan::chan_ref(chan) });
         let Some(cb) = cb else {
             return -libc::EINVAL;
         };
@@ -475,7 +507,9 @@ pub extern "C" fn eventq_loop_add_chan(
             Event::Closed => status(cb(src, ptr::null(), 0, ud)),
             _ => Ok(()),
         };
-        add_source(lp, hook, out, on_event, |make| lp.add_chan_with(chan, make))
+        add_source(lp, hook, out, on_event, |make| {
+            lp.add_with(NewSource::Chan(chan), make)
+        })
     })
 }
 
@@ -500,7 +534,11 @@ pub extern "C" fn eventq_loop_add_signal(
 ) -> c_int {
     boundary!(PANIC, {
         let hook = Hook::new(userdata, destroy);
-        let lp = check!(loop_ref(lp));
+        // SAFETY: out is NULL or points to a handle pointer (header).
+        let out = unsafe { out_ref(out) };
+        // SAFETY: lp is NULL or a loop from eventq_loop_new, not freed
+        // (header).
+        let lp = try_c!(unsafe { loop_ref(lp) });
         let Some(cb) = cb else {
             return -libc::EINVAL;
         };
@@ -509,17 +547,9 @@ pub extern "C" fn eventq_loop_add_signal(
             _ => Ok(()),
         };
         add_source(lp, hook, out, on_event, |make| {
-            lp.add_signal_with(signo, make)
+            lp.add_with(NewSource::Signal(signo), make)
         })
     })
-}
-
-/// A source call's result as an int.
-fn done(res: crate::Result<()>) -> c_int {
-    match res {
-        Ok(()) => 0,
-        Err(e) => neg(&e),
-    }
 }
 
 /// Removes the source: once this returns its callback never runs again,
@@ -536,8 +566,10 @@ fn done(res: crate::Result<()>) -> c_int {
 #[no_mangle]
 pub extern "C" fn eventq_source_remove(src: *const eventq_source) -> c_int {
     boundary!(PANIC, {
-        let (lp, id) = check!(source_ref(src));
-        done(lp.remove(id))
+        // SAFETY: src is NULL or a handle from an add call's out, not
+        // freed, or a callback's own src during the callback (header).
+        let (lp, id) = try_c!(unsafe { source_ref(src) });
+        code_of(lp.remove(id))
     })
 }
 
@@ -549,10 +581,14 @@ pub extern "C" fn eventq_source_remove(src: *const eventq_source) -> c_int {
 #[no_mangle]
 pub extern "C" fn eventq_source_free(src: *mut eventq_source) {
     boundary!((), {
-        if let Ok((lp, id)) = source_ref(src) {
+        // SAFETY: src is NULL or a handle from an add call's out, given up
+        // here: not used after or during (header).
+        if let Ok((lp, id)) = unsafe { source_ref(src) } {
             let _ = lp.remove(id);
         }
-        free(src.cast_const());
+        // SAFETY: src is NULL or an add call's out reference, released
+        // once, here (header).
+        unsafe { free_arc(src) };
     })
 }
 
@@ -565,8 +601,10 @@ pub extern "C" fn eventq_source_free(src: *mut eventq_source) {
 #[no_mangle]
 pub extern "C" fn eventq_source_set_enabled(src: *const eventq_source, enabled: c_int) -> c_int {
     boundary!(PANIC, {
-        let (lp, id) = check!(source_ref(src));
-        done(lp.set_enabled(id, enabled != 0))
+        // SAFETY: src is NULL or a handle from an add call's out, not
+        // freed, or a callback's own src during the callback (header).
+        let (lp, id) = try_c!(unsafe { source_ref(src) });
+        code_of(lp.set_enabled(id, enabled != 0))
     })
 }
 
@@ -580,8 +618,10 @@ pub extern "C" fn eventq_source_set_enabled(src: *const eventq_source, enabled: 
 #[no_mangle]
 pub extern "C" fn eventq_source_set_events(src: *const eventq_source, events: u32) -> c_int {
     boundary!(PANIC, {
-        let (lp, id) = check!(source_ref(src));
-        done(lp.set_events(id, events))
+        // SAFETY: src is NULL or a handle from an add call's out, not
+        // freed, or a callback's own src during the callback (header).
+        let (lp, id) = try_c!(unsafe { source_ref(src) });
+        code_of(lp.set_events(id, events))
     })
 }
 
@@ -599,8 +639,10 @@ pub extern "C" fn eventq_source_set_timer(
     interval_ns: u64,
 ) -> c_int {
     boundary!(PANIC, {
-        let (lp, id) = check!(source_ref(src));
-        done(lp.set_timer(id, duration_ns(first_ns), duration_ns(interval_ns)))
+        // SAFETY: src is NULL or a handle from an add call's out, not
+        // freed, or a callback's own src during the callback (header).
+        let (lp, id) = try_c!(unsafe { source_ref(src) });
+        code_of(lp.set_timer(id, duration_ns(first_ns), duration_ns(interval_ns)))
     })
 }
 
@@ -617,8 +659,10 @@ pub extern "C" fn eventq_source_set_timer(
 #[no_mangle]
 pub extern "C" fn eventq_source_set_budget(src: *const eventq_source, budget: usize) -> c_int {
     boundary!(PANIC, {
-        let (lp, id) = check!(source_ref(src));
-        done(lp.set_budget(id, budget))
+        // SAFETY: src is NULL or a handle from an add call's out, not
+        // freed, or a callback's own src during the callback (header).
+        let (lp, id) = try_c!(unsafe { source_ref(src) });
+        code_of(lp.set_budget(id, budget))
     })
 }
 
@@ -630,10 +674,12 @@ pub extern "C" fn eventq_source_set_budget(src: *const eventq_source, budget: us
 #[no_mangle]
 pub extern "C" fn eventq_source_error(src: *const eventq_source) -> c_int {
     boundary!(PANIC, {
-        let (lp, id) = check!(source_ref(src));
+        // SAFETY: src is NULL or a handle from an add call's out, not
+        // freed, or a callback's own src during the callback (header).
+        let (lp, id) = try_c!(unsafe { source_ref(src) });
         match lp.source_error(id) {
             Ok(errno) => -errno,
-            Err(e) => neg(&e),
+            Err(e) => to_code(&e),
         }
     })
 }

@@ -18,8 +18,11 @@ use std::time::Duration;
 use super::event_loop::{
     add_source, eventq_destroy_fn, eventq_loop, eventq_source, loop_ref, status, Hook,
 };
-use super::{borrow, boundary, check, einval, free, give, neg, require, take, Handle, PANIC};
-use crate::event_loop::Event;
+use super::{
+    borrow, boundary, einval, ensure, free_box, out_new_handle, out_ref, take_box, to_code, try_c,
+    Handle, OwnershipBox, PANIC,
+};
+use crate::event_loop::{Event, NewSource};
 use crate::memcg::{Cgroup, Level, MemEvent, Mode, PsiTrigger, Watch};
 
 /// A memory cgroup: its cgroup v1 `memory` directory, its cgroup2
@@ -27,7 +30,9 @@ use crate::memcg::{Cgroup, Level, MemEvent, Mode, PsiTrigger, Watch};
 /// `eventq_memcg_free`.
 pub struct eventq_memcg(Cgroup);
 
-impl Handle for eventq_memcg {}
+impl Handle for eventq_memcg {
+    type Ownership = OwnershipBox;
+}
 
 /// One registration with the kernel (a threshold, OOM, pressure-level or
 /// PSI trigger, or a counters file), made by an `eventq_memcg_watch_*`
@@ -35,7 +40,9 @@ impl Handle for eventq_memcg {}
 /// with `eventq_memcg_watch_free`, which unregisters it.
 pub struct eventq_memcg_watch(Watch);
 
-impl Handle for eventq_memcg_watch {}
+impl Handle for eventq_memcg_watch {
+    type Ownership = OwnershipBox;
+}
 
 /// `eventq_memcg_dir` version: the cgroup v1 `memory` hierarchy.
 pub const EVENTQ_MEMCG_V1: u32 = 1;
@@ -224,13 +231,22 @@ fn call_back(
     cb(src, &c, userdata)
 }
 
-fn cgroup_ref<'a>(cg: *const eventq_memcg) -> Result<&'a Cgroup, c_int> {
-    borrow(cg).map(|c| &c.0)
+/// The cgroup behind a handle; -EINVAL for NULL.
+///
+/// # Safety
+/// As [`borrow`]: `cg` is NULL or a live cgroup handle.
+unsafe fn cgroup_ref<'a>(cg: *const eventq_memcg) -> Result<&'a Cgroup, c_int> {
+    // SAFETY: this function's contract is borrow's.
+    unsafe { borrow(cg) }.map(|c| &c.0)
 }
 
-fn cstr<'a>(s: *const c_char) -> Result<&'a CStr, c_int> {
-    // SAFETY: a non-NULL string argument is NUL-terminated and outlives the
-    // call (header contract).
+/// A string argument; -EINVAL for NULL.
+///
+/// # Safety
+/// `s` is NULL or a NUL-terminated string that nothing changes during `'a`.
+unsafe fn cstr<'a>(s: *const c_char) -> Result<&'a CStr, c_int> {
+    // SAFETY: a non-NULL s is NUL-terminated and unchanged for 'a (this
+    // function's contract).
     unsafe { s.as_ref().map(|p| CStr::from_ptr(p)) }.ok_or(-libc::EINVAL)
 }
 
@@ -254,19 +270,20 @@ fn mode_of(mode: u32) -> Result<Mode, c_int> {
     }
 }
 
-/// Writes a new cgroup handle to `*out`, or returns the error.
-fn give_cgroup(out: *mut *mut eventq_memcg, res: crate::Result<Cgroup>) -> c_int {
+/// Writes a new handle made of `res`'s object to `*out`, or returns the
+/// error: the end of every call that makes a cgroup or watch handle.
+///
+/// # Safety
+/// As [`out_new_handle`]: `out` is non-NULL and valid for writing a pointer.
+unsafe fn out_new_handle_of<T, H: Handle>(
+    out: *mut *mut H,
+    res: crate::Result<T>,
+    handle: fn(T) -> H,
+) -> c_int {
     match res {
-        Ok(cg) => give(out, eventq_memcg(cg)),
-        Err(e) => neg(&e),
-    }
-}
-
-/// Writes a new watch handle to `*out`, or returns the error.
-fn give_watch(out: *mut *mut eventq_memcg_watch, res: crate::Result<Watch>) -> c_int {
-    match res {
-        Ok(w) => give(out, eventq_memcg_watch(w)),
-        Err(e) => neg(&e),
+        // SAFETY: this function's contract is out_new_handle's.
+        Ok(v) => unsafe { out_new_handle(out, handle(v)) },
+        Err(e) => to_code(&e),
     }
 }
 
@@ -284,8 +301,10 @@ fn give_watch(out: *mut *mut eventq_memcg_watch, res: crate::Result<Watch>) -> c
 #[no_mangle]
 pub extern "C" fn eventq_memcg_own(out: *mut *mut eventq_memcg) -> c_int {
     boundary!(PANIC, {
-        require!(!out.is_null());
-        give_cgroup(out, Cgroup::own())
+        ensure!(!out.is_null());
+        // SAFETY: out is non-NULL (checked) and points to a handle pointer
+        // (header).
+        unsafe { out_new_handle_of(out, Cgroup::own(), eventq_memcg) }
     })
 }
 
@@ -302,10 +321,13 @@ pub extern "C" fn eventq_memcg_own(out: *mut *mut eventq_memcg) -> c_int {
 #[no_mangle]
 pub extern "C" fn eventq_memcg_open(path: *const c_char, out: *mut *mut eventq_memcg) -> c_int {
     boundary!(PANIC, {
-        let path = check!(cstr(path));
-        require!(!out.is_null());
+        // SAFETY: path is NULL or a NUL-terminated string (header).
+        let path = try_c!(unsafe { cstr(path) });
+        ensure!(!out.is_null());
         let path = Path::new(OsStr::from_bytes(path.to_bytes()));
-        give_cgroup(out, Cgroup::at(path))
+        // SAFETY: out is non-NULL (checked) and points to a handle pointer
+        // (header).
+        unsafe { out_new_handle_of(out, Cgroup::at(path), eventq_memcg) }
     })
 }
 
@@ -315,7 +337,11 @@ pub extern "C" fn eventq_memcg_open(path: *const c_char, out: *mut *mut eventq_m
 /// Thread safety: not while other threads use the handle.
 #[no_mangle]
 pub extern "C" fn eventq_memcg_free(cg: *mut eventq_memcg) {
-    boundary!((), { free(cg) })
+    boundary!((), {
+        // SAFETY: cg is NULL or a handle from eventq_memcg_own or _open,
+        // given up here: not used by other threads (header).
+        unsafe { free_box(cg) }
+    })
 }
 
 /// Writes the cgroup's directory for `version` (EVENTQ_MEMCG_V1 or _V2),
@@ -335,9 +361,11 @@ pub extern "C" fn eventq_memcg_dir(
     len: usize,
 ) -> c_int {
     boundary!(PANIC, {
-        let cg = check!(cgroup_ref(cg));
-        require!(version == EVENTQ_MEMCG_V1 || version == EVENTQ_MEMCG_V2);
-        require!(!buf.is_null() || len == 0);
+        // SAFETY: cg is NULL or a handle from eventq_memcg_own or _open, not
+        // freed (header).
+        let cg = try_c!(unsafe { cgroup_ref(cg) });
+        ensure!(version == EVENTQ_MEMCG_V1 || version == EVENTQ_MEMCG_V2);
+        ensure!(!buf.is_null() || len == 0);
         let dir = if version == EVENTQ_MEMCG_V1 {
             cg.v1_dir()
         } else {
@@ -356,8 +384,8 @@ pub extern "C" fn eventq_memcg_dir(
         if len <= bytes.len() {
             return -libc::EMSGSIZE;
         }
-        // SAFETY: buf has room for len > bytes.len() bytes (header
-        // contract); the regions cannot overlap (the path is ours).
+        // SAFETY: buf has room for len > bytes.len() bytes (header); the
+        // regions cannot overlap (the path is ours).
         unsafe {
             ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), bytes.len());
             buf.add(bytes.len()).write(0);
@@ -387,9 +415,13 @@ pub extern "C" fn eventq_memcg_watch_threshold(
     out: *mut *mut eventq_memcg_watch,
 ) -> c_int {
     boundary!(PANIC, {
-        let cg = check!(cgroup_ref(cg));
-        require!(!out.is_null());
-        give_watch(out, Watch::threshold(cg, bytes))
+        // SAFETY: cg is NULL or a handle from eventq_memcg_own or _open, not
+        // freed (header).
+        let cg = try_c!(unsafe { cgroup_ref(cg) });
+        ensure!(!out.is_null());
+        // SAFETY: out is non-NULL (checked) and points to a handle pointer
+        // (header).
+        unsafe { out_new_handle_of(out, Watch::threshold(cg, bytes), eventq_memcg_watch) }
     })
 }
 
@@ -409,9 +441,13 @@ pub extern "C" fn eventq_memcg_watch_oom(
     out: *mut *mut eventq_memcg_watch,
 ) -> c_int {
     boundary!(PANIC, {
-        let cg = check!(cgroup_ref(cg));
-        require!(!out.is_null());
-        give_watch(out, Watch::oom(cg))
+        // SAFETY: cg is NULL or a handle from eventq_memcg_own or _open, not
+        // freed (header).
+        let cg = try_c!(unsafe { cgroup_ref(cg) });
+        ensure!(!out.is_null());
+        // SAFETY: out is non-NULL (checked) and points to a handle pointer
+        // (header).
+        unsafe { out_new_handle_of(out, Watch::oom(cg), eventq_memcg_watch) }
     })
 }
 
@@ -435,11 +471,21 @@ pub extern "C" fn eventq_memcg_watch_pressure_level(
     out: *mut *mut eventq_memcg_watch,
 ) -> c_int {
     boundary!(PANIC, {
-        let cg = check!(cgroup_ref(cg));
-        let level = check!(level_of(level));
-        let mode = check!(mode_of(mode));
-        require!(!out.is_null());
-        give_watch(out, Watch::pressure_level(cg, level, mode))
+        // SAFETY: cg is NULL or a handle from eventq_memcg_own or _open, not
+        // freed (header).
+        let cg = try_c!(unsafe { cgroup_ref(cg) });
+        let level = try_c!(level_of(level));
+        let mode = try_c!(mode_of(mode));
+        ensure!(!out.is_null());
+        // SAFETY: out is non-NULL (checked) and points to a handle pointer
+        // (header).
+        unsafe {
+            out_new_handle_of(
+                out,
+                Watch::pressure_level(cg, level, mode),
+                eventq_memcg_watch,
+            )
+        }
     })
 }
 
@@ -472,16 +518,20 @@ pub extern "C" fn eventq_memcg_watch_psi(
         let cg = if cg.is_null() {
             None
         } else {
-            Some(check!(cgroup_ref(cg)))
+            // SAFETY: cg is a handle from eventq_memcg_own or _open, not
+            // freed (header).
+            Some(try_c!(unsafe { cgroup_ref(cg) }))
         };
-        require!(kind == EVENTQ_MEMCG_PSI_SOME || kind == EVENTQ_MEMCG_PSI_FULL);
-        require!(!out.is_null());
+        ensure!(kind == EVENTQ_MEMCG_PSI_SOME || kind == EVENTQ_MEMCG_PSI_FULL);
+        ensure!(!out.is_null());
         let trigger = PsiTrigger {
             full: kind == EVENTQ_MEMCG_PSI_FULL,
             stall: Duration::from_micros(stall_us),
             window: Duration::from_micros(window_us),
         };
-        give_watch(out, Watch::psi(cg, trigger))
+        // SAFETY: out is non-NULL (checked) and points to a handle pointer
+        // (header).
+        unsafe { out_new_handle_of(out, Watch::psi(cg, trigger), eventq_memcg_watch) }
     })
 }
 
@@ -501,9 +551,13 @@ pub extern "C" fn eventq_memcg_watch_events(
     out: *mut *mut eventq_memcg_watch,
 ) -> c_int {
     boundary!(PANIC, {
-        let cg = check!(cgroup_ref(cg));
-        require!(!out.is_null());
-        give_watch(out, Watch::memory_events(cg))
+        // SAFETY: cg is NULL or a handle from eventq_memcg_own or _open, not
+        // freed (header).
+        let cg = try_c!(unsafe { cgroup_ref(cg) });
+        ensure!(!out.is_null());
+        // SAFETY: out is non-NULL (checked) and points to a handle pointer
+        // (header).
+        unsafe { out_new_handle_of(out, Watch::memory_events(cg), eventq_memcg_watch) }
     })
 }
 
@@ -528,10 +582,15 @@ pub extern "C" fn eventq_memcg_watch_counters(
     out: *mut *mut eventq_memcg_watch,
 ) -> c_int {
     boundary!(PANIC, {
-        let cg = check!(cgroup_ref(cg));
-        let name = check!(cstr(file).and_then(|f| f.to_str().or(einval())));
-        require!(!out.is_null());
-        give_watch(out, Watch::counters(cg, name))
+        // SAFETY: cg is NULL or a handle from eventq_memcg_own or _open, not
+        // freed (header).
+        let cg = try_c!(unsafe { cgroup_ref(cg) });
+        // SAFETY: file is NULL or a NUL-terminated string (header).
+        let name = try_c!(unsafe { cstr(file) }.and_then(|f| f.to_str().or(einval())));
+        ensure!(!out.is_null());
+        // SAFETY: out is non-NULL (checked) and points to a handle pointer
+        // (header).
+        unsafe { out_new_handle_of(out, Watch::counters(cg, name), eventq_memcg_watch) }
     })
 }
 
@@ -542,7 +601,11 @@ pub extern "C" fn eventq_memcg_watch_counters(
 /// Thread safety: not while other threads use the watch.
 #[no_mangle]
 pub extern "C" fn eventq_memcg_watch_free(watch: *mut eventq_memcg_watch) {
-    boundary!((), { free(watch) })
+    boundary!((), {
+        // SAFETY: watch is NULL or a watch from an eventq_memcg_watch_*
+        // call, neither added nor freed, given up here (header).
+        unsafe { free_box(watch) }
+    })
 }
 
 /// Adds `watch` to the loop as a source: `cb` runs once per event of the
@@ -571,8 +634,14 @@ pub extern "C" fn eventq_loop_add_memcg(
 ) -> c_int {
     boundary!(PANIC, {
         let hook = Hook::new(userdata, destroy);
-        let watch = take(watch);
-        let lp = check!(loop_ref(lp));
+        // SAFETY: watch is NULL or a watch from an eventq_memcg_watch_*
+        // call, neither added nor freed; this call takes it over (header).
+        let watch = unsafe { take_box(watch) };
+        // SAFETY: out is NULL or points to a handle pointer (header).
+        let out = unsafe { out_ref(out) };
+        // SAFETY: lp is NULL or a loop from eventq_loop_new, not freed
+        // (header).
+        let lp = try_c!(unsafe { loop_ref(lp) });
         let (Some(watch), Some(cb)) = (watch, cb) else {
             return -libc::EINVAL;
         };
@@ -583,7 +652,7 @@ pub extern "C" fn eventq_loop_add_memcg(
             _ => Ok(()),
         };
         add_source(lp, hook, out, on_event, |make| {
-            lp.add_watch_with(watch, make)
+            lp.add_with(NewSource::Memory(watch), make)
         })
     })
 }

@@ -3,22 +3,25 @@
 //! with `#[no_mangle]` and raw pointers.
 //!
 //! Every export runs its body inside [`boundary!`], checks each argument
-//! first with one [`require!`] line (`-EINVAL`, as sd-event's
+//! first with one [`ensure!`] line (`-EINVAL`, as sd-event's
 //! `assert_return`), and reaches its objects through the [`Handle`]
-//! functions: `borrow` a handle, `give` a new one through an out-pointer
-//! (written only on success), `free` it. A panic is caught and returned as
+//! functions: [`borrow`] a handle, [`out_new_handle`] to return a new one
+//! through an out-pointer (written only on success), [`free_box`] or
+//! [`free_arc`] as its [`Ownership`] says. A panic is caught and returned as
 //! `-ENOTRECOVERABLE` instead of unwinding into C.
+//!
+//! The exports are safe `extern "C" fn`s, since an `unsafe` marker means
+//! nothing to a C caller: the header states each pointer's requirements,
+//! and every export names the one it relies on in a `// SAFETY:` line at
+//! each call of an `unsafe fn` helper below.
 
 #![allow(non_camel_case_types)]
-// Exports are called from C, where an `unsafe` marker on the Rust side means
-// nothing; the header states each pointer's requirements instead, and the
-// derefs sit in `unsafe` blocks with their SAFETY lines.
-#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use std::ffi::{c_char, c_int, c_void, CStr};
+use std::mem::{self, MaybeUninit};
 use std::sync::Arc;
 use std::time::Duration;
-use std::{mem, ptr, slice};
+use std::{ptr, slice};
 
 use crate::chan::Wait;
 use crate::error::Error;
@@ -40,23 +43,23 @@ macro_rules! boundary {
 }
 pub(crate) use boundary;
 
-/// Returns `$code` from the export unless `$cond` holds: one line per
-/// precondition, at the top of the export.
-macro_rules! require {
+/// Returns `$code` (`-EINVAL` if not given) from the export unless `$cond`
+/// holds: one line per precondition, at the top of the export.
+macro_rules! ensure {
     ($cond:expr, $code:expr) => {
         if !$cond {
             return $code;
         }
     };
     ($cond:expr) => {
-        require!($cond, -::libc::EINVAL)
+        ensure!($cond, -::libc::EINVAL)
     };
 }
-pub(crate) use require;
+pub(crate) use ensure;
 
-/// Evaluates a `Result<T, c_int>`, returning the negative code from the
-/// export on `Err`.
-macro_rules! check {
+/// `?` for an export returning a code: the `Ok` value of a
+/// `Result<T, c_int>`, or returns the negative code from the export.
+macro_rules! try_c {
     ($e:expr) => {
         match $e {
             Ok(v) => v,
@@ -64,7 +67,7 @@ macro_rules! check {
         }
     };
 }
-pub(crate) use check;
+pub(crate) use try_c;
 
 /// The code an export returns when it caught a panic.
 pub(crate) const PANIC: c_int = -libc::ENOTRECOVERABLE;
@@ -73,9 +76,14 @@ pub(crate) const PANIC: c_int = -libc::ENOTRECOVERABLE;
 /// header spells it in build.rs, parenthesised as a macro must be.
 pub const EVENTQ_FOREVER: i64 = -1;
 
-/// The negative errno for `e`.
-pub(crate) fn neg(e: &Error) -> c_int {
+/// The code an export returns for `e`: its errno, negated.
+pub(crate) fn to_code(e: &Error) -> c_int {
     -e.errno()
+}
+
+/// The code an export returns for `res`: 0, or the error's.
+pub(crate) fn code_of(res: crate::Result<()>) -> c_int {
+    res.map_or_else(|e| to_code(&e), |()| 0)
 }
 
 /// `-EINVAL`.
@@ -94,10 +102,13 @@ pub(crate) fn wait_of(timeout_ns: i64) -> Result<Wait, c_int> {
     }
 }
 
-/// Writes `v` through `out` (checked non-NULL by the caller).
-pub(crate) fn put<T>(out: *mut T, v: T) {
-    // SAFETY: out is non-NULL and points to writable storage for a T, as the
-    // header requires; it may be uninitialised, so write without dropping.
+/// Writes `v` through the out-pointer `out`, without dropping what was
+/// there (C passes uninitialised storage).
+///
+/// # Safety
+/// `out` is non-NULL, aligned and valid for writing a `T`.
+pub(crate) unsafe fn write_out<T>(out: *mut T, v: T) {
+    // SAFETY: out is valid for writing a T (this function's contract).
     unsafe { out.write(v) }
 }
 
@@ -107,39 +118,53 @@ pub(crate) fn put<T>(out: *mut T, v: T) {
 /// `size` is read; a newer, larger one must have zeros in the fields this
 /// library does not know (-E2BIG otherwise: it asked for something this
 /// version cannot do). -EINVAL if `size` is below `min`.
-pub(crate) fn read_sized<T>(src: *const T, size: usize, min: usize, into: &mut T) -> c_int {
-    require!(size >= min);
+///
+/// # Safety
+/// `src` points to `size` readable bytes, and `T`'s fields take any bytes
+/// (integers, raw pointers, optional fn pointers).
+pub(crate) unsafe fn read_sized<T>(
+    src: *const T,
+    size: usize,
+    min: usize,
+    into: &mut T,
+) -> Result<(), c_int> {
+    ensure!(size >= min, einval());
     let known = mem::size_of::<T>();
-    // SAFETY: src points to `size` readable bytes (the caller's struct, as
-    // the header requires); bytes are copied into a valid T of plain data
-    // fields (integers, raw pointers, optional fn pointers) of which any
-    // non-null value is valid.
+    // SAFETY: src points to `size` readable bytes (this function's
+    // contract), which C does not change during the call.
+    let bytes = unsafe { slice::from_raw_parts(src.cast::<u8>(), size) };
+    if bytes.len() > known && bytes[known..].iter().any(|&b| b != 0) {
+        return Err(-libc::E2BIG);
+    }
+    // SAFETY: at most size_of::<T>() bytes go into a T, from a buffer that
+    // cannot overlap it (into is Rust's); any bytes make a valid T (this
+    // function's contract).
     unsafe {
-        let bytes = slice::from_raw_parts(src.cast::<u8>(), size);
-        if bytes.len() > known && bytes[known..].iter().any(|&b| b != 0) {
-            return -libc::E2BIG;
-        }
         ptr::copy_nonoverlapping(
             bytes.as_ptr(),
             (into as *mut T).cast::<u8>(),
             size.min(known),
         );
     }
-    0
+    Ok(())
 }
 
 /// Writes `v` to a struct the caller sized: the first `size` bytes only,
 /// so an older caller's smaller struct is not overrun, and zeros in the
 /// fields of a newer caller's larger struct that this library does not
 /// know. -EINVAL if `size` is below `min`.
-pub(crate) fn write_sized<T>(dst: *mut T, size: usize, min: usize, v: &T) -> c_int {
-    require!(size >= min);
+///
+/// # Safety
+/// `dst` points to `size` writable bytes, and `T` has no padding (so all
+/// of `v`'s bytes are initialised).
+pub(crate) unsafe fn write_sized<T>(dst: *mut T, size: usize, min: usize, v: &T) -> c_int {
+    ensure!(size >= min);
     let known = mem::size_of::<T>();
-    // SAFETY: dst points to `size` writable bytes (the caller's struct);
-    // v's bytes are plain data without padding (checked where the structs
-    // are defined).
+    let out = dst.cast::<u8>();
+    // SAFETY: dst has `size` writable bytes and v's bytes are initialised
+    // (this function's contract); at most min(size, size_of::<T>()) bytes
+    // are copied and the rest of `size` zeroed.
     unsafe {
-        let out = dst.cast::<u8>();
         ptr::copy_nonoverlapping((v as *const T).cast::<u8>(), out, size.min(known));
         if size > known {
             ptr::write_bytes(out.add(known), 0, size - known);
@@ -148,63 +173,112 @@ pub(crate) fn write_sized<T>(dst: *mut T, size: usize, min: usize, v: &T) -> c_i
     0
 }
 
-/// An opaque object handed to C as a pointer. `Box` handles have one
-/// owner and are freed once; `Arc` handles (`SHARED`) are reference-counted,
-/// each reference freed once.
-pub(crate) trait Handle: Sized {
-    const SHARED: bool = false;
+/// How the object behind a handle is held: the pointer C has is a `Box`'s
+/// (one owner) or an `Arc`'s (one reference of several).
+pub(crate) trait Ownership {
+    /// Moves `v` to the heap, owned by the pointer returned.
+    fn into_raw<T>(v: T) -> *mut T;
 }
 
-/// The object behind a handle, for the length of the call; -EINVAL for NULL.
-pub(crate) fn borrow<'a, H: Handle>(p: *const H) -> Result<&'a H, c_int> {
-    // SAFETY: a non-NULL handle is one this library made with `give` or
-    // `into_raw` and the caller has not freed, as the header requires (or
-    // a callback's own handle, valid during the callback).
-    unsafe { p.as_ref() }.ok_or(-libc::EINVAL)
-}
+/// A handle with one owner, freed once: [`take_box`], [`free_box`].
+pub(crate) struct OwnershipBox;
 
-/// A new handle owning `v`.
-pub(crate) fn into_raw<H: Handle>(v: H) -> *mut H {
-    if H::SHARED {
-        Arc::into_raw(Arc::new(v)).cast_mut()
-    } else {
+/// A reference-counted handle, each reference freed once: [`clone_arc`],
+/// [`free_arc`].
+pub(crate) struct OwnershipArc;
+
+impl Ownership for OwnershipBox {
+    fn into_raw<T>(v: T) -> *mut T {
         Box::into_raw(Box::new(v))
     }
 }
 
-/// Makes a handle of `v` and writes it to `out` (checked non-NULL by the
-/// caller); returns 0, the export's success.
-pub(crate) fn give<H: Handle>(out: *mut *mut H, v: H) -> c_int {
-    put(out, into_raw(v));
+impl Ownership for OwnershipArc {
+    fn into_raw<T>(v: T) -> *mut T {
+        Arc::into_raw(Arc::new(v)).cast_mut()
+    }
+}
+
+/// An opaque object handed to C as a pointer. Its `Ownership` is part of
+/// its type, so freeing it the wrong way does not compile.
+pub(crate) trait Handle: Sized {
+    type Ownership: Ownership;
+}
+
+/// The object behind a handle, for the length of the call; -EINVAL for NULL.
+///
+/// # Safety
+/// `p` is NULL or a live handle: made by this library, not freed, and not
+/// freed by another thread during `'a`.
+pub(crate) unsafe fn borrow<'a, H: Handle>(p: *const H) -> Result<&'a H, c_int> {
+    // SAFETY: a non-NULL p is a live handle (this function's contract).
+    unsafe { p.as_ref() }.ok_or(-libc::EINVAL)
+}
+
+/// A new handle owning `v`, a `Box` or an `Arc` as `H` says.
+pub(crate) fn new_handle<H: Handle>(v: H) -> *mut H {
+    H::Ownership::into_raw(v)
+}
+
+/// An out-pointer that may be NULL, as a reference to storage C need not
+/// have initialised; None for NULL.
+///
+/// # Safety
+/// `out` is NULL, or aligned and valid for writing a `T` that nothing else
+/// accesses during `'a`.
+pub(crate) unsafe fn out_ref<'a, T>(out: *mut T) -> Option<&'a mut MaybeUninit<T>> {
+    // SAFETY: a MaybeUninit<T> has T's layout and takes any bytes; a
+    // non-NULL out is valid and unaliased for 'a (this function's contract).
+    unsafe { out.cast::<MaybeUninit<T>>().as_mut() }
+}
+
+/// Makes a handle of `v` and writes it to `out`; returns 0, the export's
+/// success.
+///
+/// # Safety
+/// As [`write_out`]: `out` is non-NULL and valid for writing a pointer.
+pub(crate) unsafe fn out_new_handle<H: Handle>(out: *mut *mut H, v: H) -> c_int {
+    // SAFETY: out is valid for writing a pointer (this function's contract).
+    unsafe { write_out(out, new_handle(v)) };
     0
 }
 
-/// Another reference to a shared handle, freed separately.
-pub(crate) fn share<H: Handle>(p: *const H) {
-    debug_assert!(H::SHARED);
-    // SAFETY: p is a live handle made by `into_raw` of a shared type.
-    unsafe { Arc::increment_strong_count(p) }
+/// A new reference to `a`'s object as a handle, freed with [`free_arc`].
+pub(crate) fn clone_arc<H: Handle<Ownership = OwnershipArc>>(a: &Arc<H>) -> *mut H {
+    Arc::into_raw(Arc::clone(a)).cast_mut()
 }
 
 /// Takes back a `Box` handle; None for NULL.
-pub(crate) fn take<H: Handle>(p: *mut H) -> Option<Box<H>> {
-    debug_assert!(!H::SHARED);
-    // SAFETY: a non-NULL p came from `into_raw` (a Box) and is freed once,
-    // here, as the header requires.
+///
+/// # Safety
+/// `p` is NULL or a live `Box` handle, which C gives up here: nothing uses
+/// it after or during this call.
+pub(crate) unsafe fn take_box<H: Handle<Ownership = OwnershipBox>>(p: *mut H) -> Option<Box<H>> {
+    // SAFETY: a non-NULL p came from new_handle (a Box, as H's Ownership
+    // says) and is given up once, here (this function's contract).
     (!p.is_null()).then(|| unsafe { Box::from_raw(p) })
 }
 
-/// Frees a handle (one reference of a shared one); NULL is a no-op.
-pub(crate) fn free<H: Handle>(p: *const H) {
-    if p.is_null() {
-        return;
-    }
-    if H::SHARED {
-        // SAFETY: p came from `into_raw` or `share` and this reference is
-        // released once, here.
+/// Frees a `Box` handle; NULL is a no-op.
+///
+/// # Safety
+/// As [`take_box`].
+pub(crate) unsafe fn free_box<H: Handle<Ownership = OwnershipBox>>(p: *mut H) {
+    // SAFETY: this function's contract is take_box's.
+    drop(unsafe { take_box(p) });
+}
+
+/// Releases one reference of an `Arc` handle; NULL is a no-op.
+///
+/// # Safety
+/// `p` is NULL or a live reference of an `Arc` handle, which C gives up
+/// here: nothing uses this reference after or during this call.
+pub(crate) unsafe fn free_arc<H: Handle<Ownership = OwnershipArc>>(p: *const H) {
+    if !p.is_null() {
+        // SAFETY: p came from new_handle or clone_arc (an Arc, as H's
+        // Ownership says) and this reference is released once, here (this
+        // function's contract).
         drop(unsafe { Arc::from_raw(p) });
-    } else {
-        drop(take(p.cast_mut()));
     }
 }
 
@@ -212,18 +286,23 @@ pub(crate) fn free<H: Handle>(p: *const H) {
 /// add and post calls.
 pub type eventq_destroy_fn = Option<extern "C" fn(userdata: *mut c_void)>;
 
-/// A caller's pointer handed over with its destroy hook, which runs exactly
-/// once, when this is dropped: the one rule for userdata on every path,
-/// failure included, so no caller leaks it or frees it twice.
+/// A caller's pointer handed over with its destroy hook (None for none),
+/// which runs exactly once, when this is dropped: the one rule for userdata
+/// on every path, failure included, so no caller leaks it or frees it twice.
+/// Every callback's and hook's userdata is one of these.
 pub(crate) struct UserData {
     ptr: *mut c_void,
     destroy: eventq_destroy_fn,
 }
 
-// SAFETY: the header documents on which thread callbacks and destroy hooks
-// run (the loop's, or the one that removes the source or frees the loop),
-// so the caller vouches that the pointer may move there.
+// SAFETY: the header documents on which thread callbacks and hooks run
+// (the loop's, or the one that removes the source, frees the loop or frees
+// a channel's last handle), so the caller vouches that the pointer may move
+// there.
 unsafe impl Send for UserData {}
+// SAFETY: a shared UserData only hands out copies of the pointer; what C
+// does with them, on which thread, the header documents as for Send.
+unsafe impl Sync for UserData {}
 
 impl UserData {
     pub(crate) fn new(ptr: *mut c_void, destroy: eventq_destroy_fn) -> UserData {

@@ -28,6 +28,8 @@
 //! (`EACCES`/`EPERM`), kernel without PSI (`EOPNOTSUPP`), a bad argument
 //! (`EINVAL`).
 
+#![forbid(unsafe_code)]
+
 use std::fmt;
 use std::io;
 

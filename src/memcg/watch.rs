@@ -5,16 +5,20 @@
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::{invalid, no_cgroup, no_controller, no_psi, os_error, Cgroup};
 use crate::error::{Error, Result};
-use crate::event_loop::{events, Event};
-use crate::source::Source;
 use crate::sys::{self, Epoll, EventFd};
+
+// The epoll flags a watch polls for and reads: the values of the loop's
+// `events`, named here so that memcg does not depend on the loop.
+const EPOLLIN: u32 = libc::EPOLLIN as u32;
+const EPOLLPRI: u32 = libc::EPOLLPRI as u32;
+const EPOLLERR: u32 = libc::EPOLLERR as u32;
 
 /// The system-wide PSI file, used when a PSI trigger has no cgroup.
 pub const SYSTEM_PSI: &str = "/proc/pressure/memory";
@@ -608,7 +612,7 @@ impl Watch {
         );
         let epoll = Epoll::new().map_err(|e| os_error("epoll", &e))?;
         epoll
-            .add(file.as_raw_fd(), events::PRI, 0)
+            .add(file.as_raw_fd(), EPOLLPRI, 0)
             .map_err(|e| os_error(format!("polling {}", path.display()), &e))?;
         // The root cgroup, which has no parent here, cannot be removed. If
         // inotify is out of watches, removal is seen at the next change.
@@ -616,7 +620,7 @@ impl Watch {
             let fd = sys::inotify_new().ok()?;
             let mask = libc::IN_DELETE | libc::IN_DELETE_SELF | libc::IN_MOVED_FROM;
             sys::inotify_watch(fd.as_raw_fd(), parent, mask).ok()?;
-            epoll.add(fd.as_raw_fd(), events::IN, 1).ok()?;
+            epoll.add(fd.as_raw_fd(), EPOLLIN, 1).ok()?;
             Some(File::from(fd))
         });
         Ok(Watch::Counters(Counters {
@@ -649,12 +653,13 @@ impl Watch {
         self.parts().0
     }
 
-    /// The poll events to wait for ([`events::IN`] for the v1 eventfds and
-    /// counters watches, [`events::PRI`] for PSI files).
+    /// The poll events to wait for: `EPOLLIN` for the v1 eventfds and
+    /// counters watches, `EPOLLPRI` for PSI files (the loop's `events::IN`
+    /// and `events::PRI`).
     pub fn interest(&self) -> u32 {
         match self {
-            Watch::Psi(_) => events::PRI,
-            _ => events::IN,
+            Watch::Psi(_) => EPOLLPRI,
+            _ => EPOLLIN,
         }
     }
 
@@ -704,13 +709,13 @@ impl Watch {
                 })
             }
             Watch::Psi(p) => {
-                if revents & events::ERR != 0 {
+                if revents & EPOLLERR != 0 {
                     // The kernel's PSI file reports POLLERR only when its
                     // trigger is gone: the cgroup was removed.
                     p.removed = true;
                     return Ok(Some(MemEvent::Removed { count: 0 }));
                 }
-                if revents & events::PRI == 0 {
+                if revents & EPOLLPRI == 0 {
                     return Ok(None);
                 }
                 Ok(Some(MemEvent::Psi { trigger: p.trigger }))
@@ -742,25 +747,6 @@ impl Watch {
                 }))
             }
         }
-    }
-}
-
-/// A watch as a loop source: `Loop::add_watch`.
-impl Source for Watch {
-    fn fd(&self) -> RawFd {
-        Watch::fd(self).as_raw_fd()
-    }
-
-    fn interest(&self) -> u32 {
-        Watch::interest(self)
-    }
-
-    fn read(&mut self, revents: u32) -> Result<Option<Event<'static>>> {
-        Ok(Watch::read(self, revents)?.map(Event::Memory))
-    }
-
-    fn finished(&self) -> bool {
-        self.is_removed()
     }
 }
 

@@ -46,6 +46,6 @@ pub(crate) use self::epoll::Epoll;
 pub(crate) use self::eventfd::EventFd;
 pub(crate) use self::inotify::{inotify_new, inotify_watch};
 #[cfg(not(loom))]
-pub(crate) use self::mapping::{Line, ZeroedLines};
+pub(crate) use self::mapping::ZeroedLines;
 pub(crate) use self::signalfd::{unblock_signal, SignalFd};
 pub(crate) use self::timerfd::TimerFd;

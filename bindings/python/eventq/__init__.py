@@ -4,7 +4,7 @@ threads and into event loops (Linux).
 
 A `Chan` is a bounded FIFO of byte messages with a pollable fd: every
 message a send accepted is received exactly once, whole and in order
-(docs/design.md, D1-D8). Use it from threads (blocking calls release the
+(docs/design.md, D1-D9). Use it from threads (blocking calls release the
 GIL), from asyncio (`await chan.recv_async()`, `async for msg in chan`), or
 from any event loop through `chan.fileno()`. `eventq.memcg` watches memory
 pressure (cgroup thresholds, OOM, pressure levels, PSI, memory.events).
