@@ -135,18 +135,19 @@ clean:
 	if command -v $(CARGO) >/dev/null 2>&1; then $(CARGO) clean; else rm -rf $(CARGO_TARGET_DIR); fi
 
 help:
-	@echo 'make [all]        the release library, header and man pages'
-	@echo 'make check        the quick tier: $(CHECK_STAGES)'
-	@echo 'make test         every stage, what CI runs'
-	@$(foreach g,$(GROUPS),printf '%-18s %s\n' 'make test-$(g)' '$(STAGES_$(g))';)
-	@echo 'make test-STAGE   one stage, through the same summary'
-	@echo 'make demo         the seed scenario: bare eventfd against libeventq'
-	@echo 'make install      also install-strip, uninstall (PREFIX, DESTDIR, LIBDIR, ...)'
-	@echo 'make header       regenerates include/eventq.h from src/ffi'
-	@echo 'make man          the man pages in build/man'
-	@echo 'make abi-baseline a new ABI baseline in abi/ (abi-check: the stage abi)'
-	@echo 'make bench        also bench-peers, bench-blocking, bench-go, bench-python'
-	@echo 'make loom stress leaks sanitize fuzz fuzz-merge fuzz-driver: the proofs in full'
+	@printf '%-20s %s\n' \
+	  'make [all]' 'the release library, header and man pages' \
+	  'make check' 'the quick tier: $(CHECK_STAGES)' \
+	  'make test' 'every stage, what CI runs' \
+	  $(foreach g,$(GROUPS),'make test-$(g)' '$(STAGES_$(g))') \
+	  'make test-STAGE' 'one stage, with the same summary' \
+	  'make demo' 'the seed scenario: bare eventfd against libeventq' \
+	  'make install' 'also install-strip, uninstall (PREFIX, DESTDIR, LIBDIR, ...)' \
+	  'make header' 'regenerates include/eventq.h from src/ffi' \
+	  'make man' 'the man pages in build/man' \
+	  'make abi-baseline' 'a new ABI baseline in abi/ (make abi-check: stage abi)' \
+	  'make bench' 'also bench-peers, bench-blocking, bench-go, bench-python' \
+	  'make loom' 'also stress, leaks, sanitize, fuzz, fuzz-merge, fuzz-driver: the proofs in full'
 
 $(patsubst TOOL_%,need-%,$(filter TOOL_%,$(.VARIABLES))): need-%:
 	$(call need,$(TOOL_$*),$(HINT_$*))
