@@ -44,7 +44,11 @@ fn messages_cross_whole_in_order_then_end_of_stream() {
     assert_eq!(out(rx.recv_into(&mut buf, Wait::Never)), Got::WouldBlock);
     assert!(!recv_ready(&rx), "D4: drained");
     tx.send(b"", Wait::Never).unwrap();
-    assert_eq!(rx.recv(Wait::Never).unwrap(), b"", "D2: empty messages count");
+    assert_eq!(
+        rx.recv(Wait::Never).unwrap(),
+        b"",
+        "D2: empty messages count"
+    );
     tx.send(b"last", Wait::Never).unwrap();
     assert!(tx.close());
     assert_eq!(out(tx.send(b"x", Wait::Never)), Got::Closed, "D6");
@@ -60,7 +64,10 @@ fn each_end_does_only_its_side() {
     let (tx, rx) = pair(Options::new(4), Side::Receive);
     // Made as the receiving end: the process it was handed to sends.
     assert_eq!(tx.side(), Some(Side::Receive));
-    assert!(matches!(tx.send(b"x", Wait::Never), Err(Error::WrongSide(_))));
+    assert!(matches!(
+        tx.send(b"x", Wait::Never),
+        Err(Error::WrongSide(_))
+    ));
     assert!(matches!(rx.recv(Wait::Never), Err(Error::WrongSide(_))));
     rx.send(b"x", Wait::Never).unwrap();
     assert_eq!(tx.recv(Wait::Never).unwrap(), b"x");
@@ -109,7 +116,11 @@ fn backpressure_and_the_send_fd() {
 fn batches_cross_too() {
     let (tx, rx) = pair(Options::new(16).max_msg_size(8), Side::Send);
     let msgs: Vec<[u8; 4]> = (0u32..10).map(|i| i.to_le_bytes()).collect();
-    assert_eq!(tx.send_batch(msgs.iter().map(|m| &m[..]), Wait::Never).unwrap(), 10);
+    assert_eq!(
+        tx.send_batch(msgs.iter().map(|m| &m[..]), Wait::Never)
+            .unwrap(),
+        10
+    );
     let mut buf = [0u8; 64];
     let mut lens = [0usize; 4];
     assert_eq!(rx.recv_batch(&mut buf, &mut lens, Wait::Never).unwrap(), 4);

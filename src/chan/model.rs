@@ -67,4 +67,13 @@ impl Chan {
             .expect("a process-shared channel")
             .model_die_holding_the_lock();
     }
+
+    /// This end's process dies halfway through raising the receive
+    /// doorbell: the flag set, the eventfd not written (it must hold the
+    /// doorbell lock already).
+    pub fn model_die_mid_raise(&self) {
+        self.process()
+            .expect("a process-shared channel")
+            .model_flip_recv_flag();
+    }
 }

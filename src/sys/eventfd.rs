@@ -62,6 +62,7 @@ impl EventFd {
         debug_assert!(res.is_ok(), "eventfd doorbell read failed: {res:?}");
     }
 
+    #[cfg_attr(loom, allow(dead_code))] // the process channel's, not loom's
     /// Takes over `fd`, which another process sent as an eventfd; `EPROTO`
     /// if it is not one. Made non-blocking (a flag of the open file, which
     /// the sender set already).
@@ -81,6 +82,7 @@ impl EventFd {
         Ok(EventFd(fd))
     }
 
+    #[cfg_attr(loom, allow(dead_code))] // the process channel's, not loom's
     /// Whether the fd is readable now (a zero-timeout poll; false if the
     /// poll fails, which it cannot on a valid fd).
     pub(crate) fn is_raised(&self) -> bool {
@@ -93,6 +95,7 @@ impl EventFd {
             && pfd.revents & libc::POLLIN != 0
     }
 
+    #[cfg_attr(loom, allow(dead_code))] // the process channel's, not loom's
     /// A new fd for the same eventfd (close-on-exec), to send to another
     /// process.
     pub(crate) fn try_clone_fd(&self) -> io::Result<OwnedFd> {

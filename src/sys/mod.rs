@@ -43,6 +43,7 @@ mod mapping;
 #[cfg(not(loom))]
 mod memfd;
 mod signalfd;
+#[cfg(not(loom))]
 pub(crate) mod socket;
 mod timerfd;
 

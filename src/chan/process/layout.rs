@@ -27,6 +27,7 @@ pub(in crate::chan) const PEAK_LINE: usize = 6;
 pub(in crate::chan) const BELLS_LINE: usize = 8;
 
 /// "eventqS\x01": a process-shared channel's memory, layout version 1.
+#[cfg_attr(loom, allow(dead_code))] // loom's memory has no layout line
 const MAGIC: u64 = u64::from_le_bytes(*b"eventqS\x01");
 
 /// The largest message a process-shared channel may be made for: a slot
@@ -81,6 +82,7 @@ impl Layout {
     }
 
     /// The words of line 0.
+    #[cfg_attr(loom, allow(dead_code))]
     pub(in crate::chan) fn words(&self) -> [u64; 6] {
         [
             MAGIC,
@@ -92,6 +94,7 @@ impl Layout {
         ]
     }
 
+    #[cfg_attr(loom, allow(dead_code))]
     /// Checks the words of line 0, read once from memory another process
     /// wrote, against the `slot_total` lines the mapping has past its
     /// header.

@@ -550,6 +550,12 @@ impl Channel {
         (self.bells.recv.writes(), self.bells.send.writes())
     }
 
+    /// A process that dies in the middle of a settle: it flipped the
+    /// receive doorbell's flag to raised and never wrote the eventfd.
+    pub(in crate::chan) fn model_flip_recv_flag(&self) {
+        self.ring.tail().set(TAIL_RECV_RAISED);
+    }
+
     /// A process that dies holding the doorbell lock.
     pub(in crate::chan) fn model_die_holding_the_lock(&self) {
         let _ = self.ring.bells_lock().compare_exchange(

@@ -58,6 +58,7 @@ impl Memory {
     }
 
     /// Lines past the header.
+    #[cfg_attr(loom, allow(dead_code))]
     pub(in crate::chan) fn slot_total(&self) -> usize {
         #[cfg(not(loom))]
         return self.lines.len();
