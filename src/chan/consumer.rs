@@ -110,6 +110,29 @@ impl Chan {
         Consumer { chan: self.clone() }
     }
 
+    /// Counts a consumer in, for a caller that cannot hold a [`Consumer`]
+    /// (the C ABI); `consumer_leave` counts it out.
+    pub(crate) fn consumer_enter(&self) {
+        self.consumers().fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Counts out a consumer counted in by `consumer_enter`, as dropping a
+    /// [`Consumer`] does; false if none is counted.
+    pub(crate) fn consumer_leave(&self) -> bool {
+        let left = self
+            .consumers()
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        match left {
+            Ok(before) => {
+                if before > 1 {
+                    self.pass_on_pending();
+                }
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     pub(crate) fn loop_consumer(&self) -> LoopConsumer {
         LoopConsumer {
             chan: self.clone(),
@@ -128,21 +151,25 @@ impl Chan {
     /// consumer than the caller is counted in: one more exclusive waiter
     /// wakes for them.
     fn hand_on(&self) {
+        if self.consumers().load(Ordering::SeqCst) > 1 {
+            self.pass_on_pending();
+        }
+    }
+
+    /// Writes the receive fd again if messages are pending.
+    fn pass_on_pending(&self) {
         match &self.inner {
-            Inner::Local(sh) => {
-                if sh.consumers.load(Ordering::SeqCst) > 1 {
-                    sh.bells.pass_on_pending(&sh.ring);
-                }
-            }
-            Inner::Process(p) => p.pass_on(),
+            Inner::Local(sh) => sh.bells.pass_on_pending(&sh.ring),
+            Inner::Process(p) => p.pass_on_pending(),
         }
     }
 
     /// Counts a consumer out; if it leaves messages and another consumer
     /// remains, wakes one.
     fn leave(&self) {
-        self.hand_on();
-        self.consumers().fetch_sub(1, Ordering::SeqCst);
+        if self.consumers().fetch_sub(1, Ordering::SeqCst) > 1 {
+            self.pass_on_pending();
+        }
     }
 }
 

@@ -325,10 +325,10 @@ impl Channel {
             || (self.side == Side::Receive && self.peer_gone())
     }
 
-    /// A consumer that counted itself in leaves: if messages remain and
-    /// another consumer is counted, one more waiter is woken (D4).
-    pub(in crate::chan) fn pass_on(&self) {
-        if self.consumers.load(Ordering::SeqCst) > 1 && !self.is_empty() {
+    /// Writes the receive fd again if messages are pending: one more
+    /// waiter wakes for them (a consumer leaving hands its wake-up on, D4).
+    pub(in crate::chan) fn pass_on_pending(&self) {
+        if !self.is_empty() {
             self.bells.request(&self.ring, RECV | RECV_EDGE);
         }
     }
