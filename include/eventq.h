@@ -1248,8 +1248,8 @@ int eventq_loop_add_memcg(const struct eventq_loop *lp,
  * every slot holds a whole message, in a memfd of about `capacity *
  * max_msg_size` bytes, resident as messages reach it), and `max_bytes`
  * and `drop_fn` must be unset (-EINVAL). What holds between processes,
- * and when one dies, is in docs/design.md ("Between processes") and
- * eventq_shared(3).
+ * and when one dies, is in eventq(7) and docs/design.md ("Between
+ * processes").
  *
  * Thread safety: any thread.
  */
