@@ -190,6 +190,21 @@
 #define EVENTQ_MEMCG_REMOVED 6
 
 /**
+ * `side`: this process sends on the channel; the other receives.
+ */
+#define EVENTQ_SIDE_SEND 1
+
+/**
+ * `side`: this process receives on the channel; the other sends.
+ */
+#define EVENTQ_SIDE_RECV 2
+
+/**
+ * The smallest `size` of `eventq_shared_fds` accepted: every field.
+ */
+#define EVENTQ_SHARED_FDS_SIZE_MIN 20
+
+/**
  * A channel handle. Each handle is freed once with `eventq_chan_free`; the
  * channel lives until its last handle is freed.
  */
@@ -455,6 +470,36 @@ typedef int (*eventq_memcg_fn)(struct eventq_source *src,
                                const struct eventq_memcg_event *ev,
                                void *userdata);
 
+/**
+ * The fds of one end of a process-shared channel, for a process that
+ * inherits them: `eventq_chan_export_fds` fills it, `eventq_chan_import_fds`
+ * takes it. Each fd is O_CLOEXEC; a child that runs another program must
+ * `dup2` them to the numbers it is told (dup2 clears the flag).
+ */
+typedef struct eventq_shared_fds {
+  /**
+   * The side the process taking these fds gets: EVENTQ_SIDE_SEND or
+   * EVENTQ_SIDE_RECV.
+   */
+  int side;
+  /**
+   * The channel's memory: a sealed memfd.
+   */
+  int mem;
+  /**
+   * The receive doorbell: an eventfd.
+   */
+  int recv_bell;
+  /**
+   * The send doorbell: an eventfd.
+   */
+  int send_bell;
+  /**
+   * The link to the exporting process: one end of a socket pair.
+   */
+  int link;
+} eventq_shared_fds;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -563,7 +608,12 @@ int eventq_chan_free_final(struct eventq_chan *chan, struct eventq_chan_stats *o
  * them per write instead of all (D4). Each must keep receiving until
  * -EAGAIN or end of stream before it waits again: a receive that reports
  * end of stream writes the fd again, which wakes the next, so every
- * consumer learns of the close (D6).
+ * consumer learns of the close (D6). A consumer that stops waiting counts
+ * itself out with `eventq_chan_consumer_leave`, which hands the wake-up on.
+ *
+ * Of a process-shared channel (`eventq_chan_new_shared`) it is an epoll
+ * fd, readable also once the other process is gone; the kernel refuses
+ * EPOLLEXCLUSIVE on an epoll fd, so there every consumer wakes.
  *
  * Thread safety: any thread.
  */
@@ -587,6 +637,10 @@ int eventq_chan_recv_fd(const struct eventq_chan *chan);
  * wait for the next event: after any send refused for lack of room, the fd
  * gets a new event when it is due readable as above (a refused send leaves
  * it down); close always writes it (D9).
+ *
+ * Of a process-shared channel it is an epoll fd, made with the channel,
+ * readable also once the other process is gone (a send then fails with
+ * -EPIPE once the ring is full).
  *
  * Thread safety: any thread.
  */
@@ -1183,6 +1237,106 @@ int eventq_loop_add_memcg(const struct eventq_loop *lp,
                           void *userdata,
                           eventq_destroy_fn destroy,
                           struct eventq_source **out);
+
+/**
+ * Creates a channel to share with one other process, and writes a handle
+ * to its end to `*out`. This process holds `side` (EVENTQ_SIDE_SEND or
+ * EVENTQ_SIDE_RECV); the process it is handed to
+ * (`eventq_chan_send_to`, `eventq_chan_export_fds`) the other, with any
+ * number of threads each. `opts` as for `eventq_chan_new` (NULL for the
+ * defaults), except that `max_msg_size` defaults to 4096 (at most 16 MiB:
+ * every slot holds a whole message, in a memfd of about `capacity *
+ * max_msg_size` bytes, resident as messages reach it), and `max_bytes`
+ * and `drop_fn` must be unset (-EINVAL). What holds between processes,
+ * and when one dies, is in eventq(7) and docs/design.md ("Between
+ * processes").
+ *
+ * Thread safety: any thread.
+ */
+int eventq_chan_new_shared(const struct eventq_chan_opts *opts, int side, struct eventq_chan **out);
+
+/**
+ * Hands the other end of the process-shared channel `chan` to the process
+ * at the other end of the connected Unix socket `sockfd` (which takes it
+ * with `eventq_chan_recv_from`): the channel's fds ride one SCM_RIGHTS
+ * message. Allowed while no other process holds that end: before the first
+ * handover, or once the one that held it is gone (it is then handed to a
+ * successor, with what the gone one had not taken still queued);
+ * -EISCONN otherwise. -EINVAL for a channel that is not process-shared;
+ * -EAGAIN if `sockfd` is non-blocking and full; other socket errors as
+ * sendmsg(2) gives them.
+ *
+ * Thread safety: any thread.
+ */
+int eventq_chan_send_to(const struct eventq_chan *chan, int sockfd);
+
+/**
+ * Takes the end of a process-shared channel that the process at the other
+ * end of the connected Unix socket `sockfd` hands over with
+ * `eventq_chan_send_to`, and writes a handle to it to `*out`. Everything
+ * received is checked before use (the message, each fd's kind, the
+ * memory's seals and size, its layout): -EPROTO if it is not a channel's
+ * end (whatever fds came are closed). Blocks on a blocking socket until
+ * the message comes; -EAGAIN on a non-blocking one with nothing to read.
+ *
+ * Thread safety: any thread.
+ */
+int eventq_chan_recv_from(int sockfd, struct eventq_chan **out);
+
+/**
+ * Writes the fds of the other end of the process-shared channel `chan` to
+ * `*out`, `size` bytes long (pass `sizeof *out`), for a child process to
+ * inherit and take with `eventq_chan_import_fds`; the same rule as
+ * `eventq_chan_send_to` for when it is allowed. The fds are new and the
+ * caller's: close them in this process once the child has them, or the
+ * link never reports the child's death.
+ *
+ * Thread safety: any thread.
+ */
+int eventq_chan_export_fds(const struct eventq_chan *chan,
+                           struct eventq_shared_fds *out,
+                           size_t size);
+
+/**
+ * Takes an end of a process-shared channel from the fds in `*fds`, `size`
+ * bytes long (pass `sizeof *fds`), as `eventq_chan_export_fds` wrote them
+ * in another process, and writes a handle to it to `*out`. The four fds
+ * are the library's from the call on, on every path: owned by the handle,
+ * or closed if the call fails. They are checked as `eventq_chan_recv_from`
+ * checks what it receives (-EPROTO).
+ *
+ * Thread safety: any thread.
+ */
+int eventq_chan_import_fds(const struct eventq_shared_fds *fds,
+                           size_t size,
+                           struct eventq_chan **out);
+
+/**
+ * Which end of a process-shared channel `chan` is: EVENTQ_SIDE_SEND or
+ * EVENTQ_SIDE_RECV; 0 for a channel within this process.
+ *
+ * Thread safety: any thread.
+ */
+int eventq_chan_side(const struct eventq_chan *chan);
+
+/**
+ * Counts a consumer in on `chan`: a thread or loop that waits on the
+ * receive fd (with EPOLLEXCLUSIVE, one wakes per write) and will call
+ * `eventq_chan_consumer_leave` when it stops. See D4 in eventq(7).
+ *
+ * Thread safety: any thread.
+ */
+int eventq_chan_consumer_enter(const struct eventq_chan *chan);
+
+/**
+ * Counts a consumer out of `chan`: if messages remain and another
+ * consumer is counted, writes the receive fd so one more waiter wakes
+ * for them (a consumer woken alone that leaves without receiving passes
+ * its wake-up on, D4). -EINVAL if no consumer is counted.
+ *
+ * Thread safety: any thread.
+ */
+int eventq_chan_consumer_leave(const struct eventq_chan *chan);
 
 #ifdef __cplusplus
 }  // extern "C"

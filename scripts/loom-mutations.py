@@ -93,7 +93,42 @@ MUTATIONS = [
      "src/chan/doorbell.rs",
      "if !ring.head().latest().has(HEAD_SEND_LOWERED) {",
      "if ring.head().latest().has(HEAD_SEND_LOWERED) {"),
+    ("a doorbell lock holder does not look for requests after letting go",
+     "src/chan/process/bells.rs",
+     "            if requests.load(Ordering::SeqCst) == 0 {\n                return;\n            }",
+     "            return;"),
+    ("a refused receive between processes asks for no edge (D9)",
+     "src/chan/process/mod.rs",
+     "                    self.bells.request(&self.ring, RECV | RECV_EDGE);\n                    if tail.has(TAIL_CLOSED)",
+     "                    self.bells.request(&self.ring, RECV);\n                    if tail.has(TAIL_CLOSED)"),
+    ("a refused send between processes asks for no edge (D9)",
+     "src/chan/process/mod.rs",
+     "self.bells.request(&self.ring, SEND | SEND_EDGE);",
+     "self.bells.request(&self.ring, SEND);"),
+    ("close between processes asks for no edges (D6, D9)",
+     "src/chan/process/mod.rs",
+     "        self.bells.request(&self.ring, ALL);\n        true",
+     "        self.bells.request(&self.ring, RECV | SEND);\n        true"),
+    ("a send between processes that found the receive fd down does not raise it",
+     "src/chan/process/mod.rs",
+     "        if !flags.has(TAIL_RECV_RAISED) {\n            self.bells.request(&self.ring, RECV);\n        }",
+     ""),
+    ("a receive between processes that empties the queue does not lower the fd",
+     "src/chan/process/mod.rs",
+     "            if drained {\n                self.bells.request(&self.ring, RECV);\n            }",
+     ""),
+    ("a survivor leaves the dead process's doorbell lock held",
+     "src/chan/process/bells.rs",
+     "        if held != 0 && held != self.me {\n            let _ = lock.compare_exchange(held, 0, Ordering::SeqCst, Ordering::SeqCst);\n        }",
+     ""),
+    ("a survivor does not make the fds match their flags",
+     "src/chan/process/bells.rs",
+     "                self.resync(ring);\n",
+     ""),
 ]
+
+# The model files, each run whole for every mutation.
+TESTS = ["loom", "loom_shared"]
 
 COPY = ["src", "tests", "benches", "examples", "include", "Cargo.toml", "Cargo.lock", "build.rs", "cbindgen.toml", "README.md"]
 
@@ -106,7 +141,9 @@ def main():
     unknown = [c for c in chosen if c not in [m[0] for m in MUTATIONS]]
     if unknown:
         sys.exit("unknown mutation(s): %s" % ", ".join(unknown))
-    models = re.findall(r"#\[test\]\s*fn (\w+)", open(os.path.join(root, "tests", "loom.rs")).read())
+    models = []
+    for f in TESTS:
+        models += re.findall(r"#\[test\]\s*fn (\w+)", open(os.path.join(root, "tests", f + ".rs")).read())
     src = os.path.join(work, "src-copy")
     env = dict(os.environ, RUSTFLAGS="--cfg loom", CARGO_TARGET_DIR=os.path.join(work, "target"))
     shown = set()
@@ -126,7 +163,10 @@ def main():
             bad += 1
             continue
         open(target, "w").write(text.replace(code, repl))
-        cmd = [cargo, "test", "--release", "--test", "loom", "--", "--test-threads=2"]
+        cmd = [cargo, "test", "--release", "--no-fail-fast"]
+        for f in TESTS:
+            cmd += ["--test", f]
+        cmd += ["--", "--test-threads=2"]
         run = subprocess.run(cmd, cwd=src, env=env, capture_output=True, text=True)
         out = run.stdout + run.stderr
         failed = sorted(set(re.findall(r"^test (\w+) \.\.\. FAILED", out, re.M)))

@@ -33,6 +33,16 @@ pub enum Error {
     Busy(&'static str),
     /// A callback failed with this negative code; its source was disabled.
     Callback(i32),
+    /// This end of a process-shared channel does not do that: it only
+    /// sends, or only receives (`EPERM`). The text says which.
+    WrongSide(&'static str),
+    /// The other process of a process-shared channel broke its protocol:
+    /// a shared word or a handed-over fd is not what it may be (`EPROTO`).
+    /// The text says what; the channel is closed on this side.
+    Corrupt(&'static str),
+    /// The other end of a process-shared channel is held by a live process
+    /// already, so it cannot be handed to another (`EISCONN`).
+    Attached,
     /// The operating system refused (`EMFILE`, `ENOMEM`, ...), or a system
     /// condition stands in the way: the errno (the system's, or the one the
     /// library chose for the condition, e.g. `ENODEV` for a memory
@@ -53,6 +63,9 @@ impl Error {
             Error::Stale => libc::ESTALE,
             Error::Busy(_) => libc::EBUSY,
             Error::Callback(code) => code.checked_neg().unwrap_or(libc::EIO).max(1),
+            Error::WrongSide(_) => libc::EPERM,
+            Error::Corrupt(_) => libc::EPROTO,
+            Error::Attached => libc::EISCONN,
             Error::Os { errno, .. } => *errno,
         }
     }
@@ -99,6 +112,14 @@ impl fmt::Display for Error {
             Error::Stale => f.write_str("the source was removed, or its loop freed"),
             Error::Busy(what) => write!(f, "busy: {what}"),
             Error::Callback(code) => write!(f, "callback failed with {code}"),
+            Error::WrongSide(what) => write!(f, "wrong end of a process-shared channel: {what}"),
+            Error::Corrupt(what) => write!(
+                f,
+                "the other process broke the shared channel's protocol ({what}); the channel is closed on this side"
+            ),
+            Error::Attached => f.write_str(
+                "the other end of this process-shared channel is held by a live process",
+            ),
             Error::Os { message, .. } => f.write_str(message),
         }
     }

@@ -32,7 +32,9 @@ pub mod memcg;
 #[allow(unsafe_code)]
 mod sys;
 
-pub use chan::{Chan, Options, Stats, Wait};
+#[cfg(not(loom))]
+pub use chan::SharedFds;
+pub use chan::{Chan, Consumer, Options, Side, Stats, Wait};
 pub use error::{Error, Result};
 pub use event_loop::{Event, Loop, LoopHandle, SourceId};
 

@@ -30,7 +30,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::OnceLock;
 
-use super::ring::{Flags, Ring, Word, TAIL_CLOSED};
+use super::ring::{Flags, Ring, SharedWord, Word, TAIL_CLOSED};
 use super::shim::{fence, AtomicBool, EventFd, Mutex, MutexGuard, Ordering};
 use crate::error::Result;
 
@@ -38,6 +38,19 @@ use crate::error::Result;
 pub(super) const TAIL_RECV_RAISED: Flags = Flags::bit(1);
 /// `head`: the send doorbell is lowered.
 pub(super) const HEAD_SEND_LOWERED: Flags = Flags::bit(0);
+
+/// What a doorbell judges by: the queue's two words and its room. The
+/// in-process ring and the process-shared one each have one.
+pub(super) trait Queue {
+    fn tail(&self) -> SharedWord<'_>;
+    fn head(&self) -> SharedWord<'_>;
+    fn byte_limited(&self) -> bool;
+    /// The bytes queued (0 without a byte limit).
+    fn bytes(&self) -> u64;
+    fn is_full(&self, depth: u64, bytes: u64) -> bool;
+    fn is_low(&self, depth: u64, bytes: u64) -> bool;
+    fn fits(&self, depth: u64, bytes: u64, len: usize) -> bool;
+}
 
 /// What a settle owes edge-triggered waiters (EPOLLET, Go's netpoller,
 /// tokio), who wake only on a write, not on a level.
@@ -175,6 +188,24 @@ impl Doorbells {
         rings
     }
 
+    fn settle_recv_held(&self, bells: &mut MutexGuard<'_, Rings>, ring: &Ring, edge: Edge) -> bool {
+        let settled = settle_recv_on(&self.recv, ring, edge);
+        bells.recv += u64::from(settled.wrote);
+        settled.raised
+    }
+
+    fn settle_send_held(
+        &self,
+        bells: &mut MutexGuard<'_, Rings>,
+        ring: &Ring,
+        refused: Option<usize>,
+        edge: Edge,
+    ) -> bool {
+        let settled = settle_send_on(self.send.get(), ring, refused, edge);
+        bells.send += u64::from(settled.wrote);
+        settled.raised
+    }
+
     /// Lets go of `bells`, then does a lowering a receive left to the holder.
     fn unlock(&self, bells: MutexGuard<'_, Rings>, ring: &Ring) {
         drop(bells);
@@ -197,84 +228,106 @@ impl Doorbells {
             }
         }
     }
+}
 
-    fn settle_recv_held(&self, bells: &mut MutexGuard<'_, Rings>, ring: &Ring, edge: Edge) -> bool {
-        loop {
-            let tail = ring.tail().latest();
-            let head = ring.head().latest();
-            let raised = tail.has(TAIL_RECV_RAISED);
-            let want = tail.has(TAIL_CLOSED) || tail.position() > head.position();
-            if want == raised {
-                if want && edge == Edge::Always {
-                    self.recv.pulse();
-                    bells.recv += 1;
-                }
-                return want;
+/// What a settle did: whether the fd is (and stays) raised, and whether it
+/// wrote the fd (a ring, for the stats).
+pub(super) struct Settled {
+    pub(super) raised: bool,
+    pub(super) wrote: bool,
+}
+
+/// Makes the receive doorbell `bell` match `q` (see `Doorbells::settle_recv`);
+/// the caller holds whatever serialises the settles of this doorbell.
+pub(super) fn settle_recv_on<Q: Queue>(bell: &EventFd, q: &Q, edge: Edge) -> Settled {
+    loop {
+        let tail = q.tail().latest();
+        let head = q.head().latest();
+        let raised = tail.has(TAIL_RECV_RAISED);
+        let want = tail.has(TAIL_CLOSED) || tail.position() > head.position();
+        if want == raised {
+            let wrote = want && edge == Edge::Always;
+            if wrote {
+                bell.pulse();
             }
-            // Judged by `tail`: if a send moved it since, judge again.
-            if !ring.tail().flip_if_unchanged(tail, TAIL_RECV_RAISED) {
+            return Settled {
+                raised: want,
+                wrote,
+            };
+        }
+        // Judged by `tail`: if a send moved it since, judge again.
+        if !q.tail().flip_if_unchanged(tail, TAIL_RECV_RAISED) {
+            continue;
+        }
+        if want {
+            bell.raise();
+        } else {
+            bell.lower();
+        }
+        return Settled {
+            raised: want,
+            wrote: want,
+        };
+    }
+}
+
+/// Makes the send doorbell (`bell`, if it exists yet) match `q` (see
+/// `Doorbells::settle_send`); `raised` in the result says whether the
+/// `refused` send still does not fit. The caller serialises the settles.
+pub(super) fn settle_send_on<Q: Queue>(
+    bell: Option<&EventFd>,
+    q: &Q,
+    refused: Option<usize>,
+    mut edge: Edge,
+) -> Settled {
+    let mut wrote = false;
+    loop {
+        let head = q.head().latest();
+        let tail = q.tail().latest();
+        let lowered = head.has(HEAD_SEND_LOWERED);
+        let want = send_should_be_lowered(q, tail, head, refused, lowered);
+        if want != lowered {
+            // Judged by `head`: if a receive moved it since, judge again.
+            if !q.head().flip_if_unchanged(head, HEAD_SEND_LOWERED) {
                 continue;
             }
+            // Without the fd (nobody asked for it) only the flag moves.
             if want {
-                self.recv.raise();
-                bells.recv += 1;
+                if let Some(b) = bell {
+                    b.lower();
+                }
             } else {
-                self.recv.lower();
-            }
-            return want;
-        }
-    }
-
-    fn settle_send_held(
-        &self,
-        bells: &mut MutexGuard<'_, Rings>,
-        ring: &Ring,
-        refused: Option<usize>,
-        mut edge: Edge,
-    ) -> bool {
-        loop {
-            let head = ring.head().latest();
-            let tail = ring.tail().latest();
-            let lowered = head.has(HEAD_SEND_LOWERED);
-            let want = send_should_be_lowered(ring, tail, head, refused, lowered);
-            if want != lowered {
-                // Judged by `head`: if a receive moved it since, judge again.
-                if !ring.head().flip_if_unchanged(head, HEAD_SEND_LOWERED) {
-                    continue;
+                if let Some(b) = bell {
+                    b.raise();
                 }
-                // Without the fd (nobody asked for it) only the flag moves.
-                let bell = self.send.get();
-                if want {
-                    if let Some(b) = bell {
-                        b.lower();
-                    }
-                } else {
-                    if let Some(b) = bell {
-                        b.raise();
-                    }
-                    bells.send += 1;
-                    edge = Edge::OnRaise;
-                }
-            } else if !lowered && edge == Edge::Always {
-                if let Some(b) = self.send.get() {
-                    b.pulse();
-                }
-                bells.send += 1;
+                wrote = true;
                 edge = Edge::OnRaise;
             }
-            if !ring.byte_limited() {
-                return still_refused(ring, tail, head, refused);
+        } else if !lowered && edge == Edge::Always {
+            if let Some(b) = bell {
+                b.pulse();
             }
-            // Bytes are given back after `head` moves, so a receive may have
-            // missed the flag just set: look again after a fence (the
-            // releaser fences too, so one of us sees the other).
-            fence(Ordering::SeqCst);
-            let head = ring.head().latest();
-            let tail = ring.tail().latest();
-            let lowered = head.has(HEAD_SEND_LOWERED);
-            if send_should_be_lowered(ring, tail, head, refused, lowered) == lowered {
-                return still_refused(ring, tail, head, refused);
-            }
+            wrote = true;
+            edge = Edge::OnRaise;
+        }
+        if !q.byte_limited() {
+            return Settled {
+                raised: still_refused(q, tail, head, refused),
+                wrote,
+            };
+        }
+        // Bytes are given back after `head` moves, so a receive may have
+        // missed the flag just set: look again after a fence (the
+        // releaser fences too, so one of us sees the other).
+        fence(Ordering::SeqCst);
+        let head = q.head().latest();
+        let tail = q.tail().latest();
+        let lowered = head.has(HEAD_SEND_LOWERED);
+        if send_should_be_lowered(q, tail, head, refused, lowered) == lowered {
+            return Settled {
+                raised: still_refused(q, tail, head, refused),
+                wrote,
+            };
         }
     }
 }
@@ -282,8 +335,8 @@ impl Doorbells {
 /// Whether the send fd should be down, judged by `tail` and `head`: down
 /// when full or when a send of `refused` bytes does not fit, up at or below
 /// the low-water mark or when closed, unchanged (`lowered`) in between.
-fn send_should_be_lowered(
-    ring: &Ring,
+fn send_should_be_lowered<Q: Queue>(
+    ring: &Q,
     tail: Word,
     head: Word,
     refused: Option<usize>,
@@ -305,45 +358,22 @@ fn send_should_be_lowered(
 
 /// Whether a send of `refused` bytes would still be refused for lack of
 /// room (not on a closed channel: that send fails otherwise).
-fn still_refused(ring: &Ring, tail: Word, head: Word, refused: Option<usize>) -> bool {
+fn still_refused<Q: Queue>(ring: &Q, tail: Word, head: Word, refused: Option<usize>) -> bool {
     !tail.has(TAIL_CLOSED)
         && refused.is_some_and(|len| !ring.fits(Ring::depth(tail, head), ring.bytes(), len))
 }
 
-/// What the loom models observe of the doorbells.
-#[cfg(loom)]
-impl super::Chan {
-    /// Creates the send doorbell, as the first `send_fd` does.
-    pub fn open_send_bell(&self) {
-        let sh = &*self.shared;
-        sh.bells.send(&sh.ring).expect("the model's eventfd");
-    }
-
-    /// What an edge-triggered waiter registering the send fd now has seen:
-    /// its writes so far and whether it is raised (an event at
-    /// registration). The send doorbell must have been opened.
-    pub fn send_fd_registered(&self) -> (u64, bool) {
-        self.shared.bells.opened_send().registered()
-    }
-
-    /// Whether the receive and send doorbells are raised (the model's
-    /// "readable"); the send doorbell must have been opened.
-    pub fn doorbells(&self) -> (bool, bool) {
-        let bells = &self.shared.bells;
-        (bells.recv.is_raised(), bells.opened_send().is_raised())
-    }
-
-    /// How many writes each eventfd has had (the events an edge-triggered
-    /// waiter sees); the send doorbell must have been opened.
-    pub fn doorbell_writes(&self) -> (u64, u64) {
-        let bells = &self.shared.bells;
-        (bells.recv.writes(), bells.opened_send().writes())
-    }
-}
-
 #[cfg(loom)]
 impl Doorbells {
-    fn opened_send(&self) -> &EventFd {
+    pub(super) fn opened_send(&self) -> &EventFd {
         self.send.get().expect("open_send_bell first")
+    }
+
+    pub(super) fn recv_is_raised(&self) -> bool {
+        self.recv.is_raised()
+    }
+
+    pub(super) fn recv_writes(&self) -> u64 {
+        self.recv.writes()
     }
 }

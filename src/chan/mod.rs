@@ -8,39 +8,48 @@
 //! - `doorbell.rs`: the two eventfds, changed only on transitions (D4, D5,
 //!   D9);
 //! - `parking.rs`: threads blocked in the library, on condvars;
+//! - `shared.rs`: what the handles share, and the work around each call's
+//!   claims;
 //! - `consumer.rs`: the loop's receive and the hand-on between consumers;
 //! - `options.rs`: options, limits, stats;
-//! - `shim.rs`: the primitives, swapped for loom's under `--cfg loom`.
+//! - `shim.rs`: the primitives, swapped for loom's under `--cfg loom`;
+//! - `process/`: the same channel between two processes.
 //!
-//! This file is the API and the orchestration: a send claims slots, then
-//! does the doorbell and wake-up work its claims' flags call for, once per
-//! call; a receive likewise.
+//! This file is the API, for both kinds of channel.
 
 #![forbid(unsafe_code)]
 
 mod consumer;
 mod doorbell;
+#[cfg(loom)]
+mod model;
 mod options;
 mod parking;
+mod process;
 mod ring;
 mod shared;
 mod shim;
 mod slots;
 
 use std::fmt;
-#[cfg(not(loom))]
-use std::os::fd::BorrowedFd;
 use std::os::fd::RawFd;
+#[cfg(not(loom))]
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::Arc;
 
+pub use self::consumer::Consumer;
 pub(crate) use self::consumer::{EachEnd, LoopConsumer};
-use self::doorbell::{Edge, HEAD_SEND_LOWERED, TAIL_RECV_RAISED};
+use self::doorbell::{HEAD_SEND_LOWERED, TAIL_RECV_RAISED};
 use self::options::Limits;
-pub use self::options::{DropFn, Options, Stats, Wait, DEFAULT_MAX_MSG_SIZE, MAX_CAPACITY};
-use self::parking::{Deadline, HEAD_SEND_WAITERS, TAIL_RECV_WAITERS};
-use self::ring::{Payload, Pop, PushError, Ring, TAIL_CLOSED};
-use self::shared::{copy_out, Popped, Pushed, Shared};
-use self::shim::Ordering;
+pub use self::options::{
+    DropFn, Options, Stats, Wait, DEFAULT_MAX_MSG_SIZE, MAX_CAPACITY, SHARED_DEFAULT_MAX_MSG_SIZE,
+};
+use self::parking::{HEAD_SEND_WAITERS, TAIL_RECV_WAITERS};
+#[cfg(not(loom))]
+pub use self::process::SharedFds;
+pub use self::process::{Side, SHARED_MSG_MAX};
+use self::ring::{Ring, TAIL_CLOSED};
+use self::shared::Shared;
 use crate::error::{Error, Result};
 
 // The flag bits of each word, owned by the ring, the doorbells and the
@@ -92,16 +101,30 @@ const _: () = assert!(
 /// it is readable exactly while messages are pending (or after close).
 #[derive(Clone)]
 pub struct Chan {
-    shared: Arc<Shared>,
+    inner: Inner,
+}
+
+/// A channel within this process, or one end of a channel shared with
+/// another process.
+#[derive(Clone)]
+enum Inner {
+    Local(Arc<Shared>),
+    Process(Arc<process::Channel>),
 }
 
 impl fmt::Debug for Chan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Chan")
-            .field("limits", self.shared.ring.limits())
-            .field("recv_fd", &self.recv_raw_fd())
-            .field("send_fd", &self.shared.bells.send_raw_fd_if_open())
-            .finish()
+        let mut d = f.debug_struct("Chan");
+        match &self.inner {
+            Inner::Local(sh) => d
+                .field("limits", sh.ring.limits())
+                .field("send_fd", &sh.bells.send_raw_fd_if_open()),
+            Inner::Process(p) => d
+                .field("side", &p.side())
+                .field("capacity", &p.capacity())
+                .field("max_msg_size", &p.max_msg_size()),
+        };
+        d.field("recv_fd", &self.recv_raw_fd()).finish()
     }
 }
 
@@ -114,8 +137,90 @@ impl Chan {
         let limits = Limits::from_options(&options)?;
         let ring = Ring::new(limits).ok_or_else(|| Error::from_errno(libc::ENOMEM))?;
         Ok(Chan {
-            shared: Arc::new(Shared::new(ring, options.on_drop)?),
+            inner: Inner::Local(Arc::new(Shared::new(ring, options.on_drop)?)),
         })
+    }
+
+    /// Creates a channel to share with one other process: this process
+    /// holds `side`, the process it is handed to ([`send_to`](Chan::send_to),
+    /// [`export_fds`](Chan::export_fds)) the other. Its ring is a sealed
+    /// memfd of `capacity` slots, each holding a whole message of up to
+    /// `max_msg_size` bytes ([`SHARED_DEFAULT_MAX_MSG_SIZE`] unless set; at
+    /// most [`SHARED_MSG_MAX`]),
+    /// so the memory is fixed when it is made; `max_bytes` and the drop
+    /// hook are not supported. The contract between processes, and what a
+    /// death does, is in `docs/design.md`.
+    pub fn new_shared(options: Options, side: Side) -> Result<Chan> {
+        let options = options.shared_defaults();
+        if options.on_drop.is_some() {
+            return Err(Error::Invalid(
+                "a process-shared channel has no drop hook: its messages may outlive this process",
+            ));
+        }
+        let limits = Limits::from_options(&options)?;
+        Ok(Chan {
+            inner: Inner::Process(Arc::new(process::create(&limits, side)?)),
+        })
+    }
+
+    /// Hands the other end of this process-shared channel to the process at
+    /// the other end of the connected Unix socket `sock` (which takes it
+    /// with [`recv_from`](Chan::recv_from)). Allowed while no other process
+    /// holds that end: before the first handover, or once the one that
+    /// held it is gone (then it is handed to its successor, and what it had
+    /// not taken is still there). `Error::Attached` otherwise.
+    #[cfg(not(loom))]
+    pub fn send_to(&self, sock: impl AsFd) -> Result<()> {
+        self.process()?.send_to(sock.as_fd())
+    }
+
+    /// Takes the end of a process-shared channel that the process at the
+    /// other end of the connected Unix socket `sock` hands over with
+    /// [`send_to`](Chan::send_to). Everything received is checked first:
+    /// `Error::Corrupt` if it is not a channel's end.
+    #[cfg(not(loom))]
+    pub fn recv_from(sock: impl AsFd) -> Result<Chan> {
+        let p = process::recv_from(sock.as_fd())?;
+        Ok(Chan {
+            inner: Inner::Process(Arc::new(p)),
+        })
+    }
+
+    /// The fds of the other end of this process-shared channel, for a child
+    /// process to inherit and take with [`import_fds`](Chan::import_fds);
+    /// the same rule as [`send_to`](Chan::send_to) for when it is allowed.
+    #[cfg(not(loom))]
+    pub fn export_fds(&self) -> Result<SharedFds> {
+        self.process()?.export_fds()
+    }
+
+    /// Takes an end of a process-shared channel from fds another process
+    /// exported ([`export_fds`](Chan::export_fds)); they are checked as
+    /// [`recv_from`](Chan::recv_from) checks what it receives.
+    #[cfg(not(loom))]
+    pub fn import_fds(fds: SharedFds) -> Result<Chan> {
+        let p = process::import(fds)?;
+        Ok(Chan {
+            inner: Inner::Process(Arc::new(p)),
+        })
+    }
+
+    /// Which end of a process-shared channel this is; `None` for a channel
+    /// within this process.
+    pub fn side(&self) -> Option<Side> {
+        match &self.inner {
+            Inner::Local(_) => None,
+            Inner::Process(p) => Some(p.side()),
+        }
+    }
+
+    fn process(&self) -> Result<&process::Channel> {
+        match &self.inner {
+            Inner::Process(p) => Ok(p),
+            Inner::Local(_) => Err(Error::Invalid(
+                "not a process-shared channel (made by Chan::new_shared)",
+            )),
+        }
     }
 
     /// The fd to poll for input: readable exactly while messages are pending
@@ -124,9 +229,16 @@ impl Chan {
     /// receive (D9). Several consumers, each with its own epoll set, should
     /// register it with `EPOLLEXCLUSIVE` and receive until `WouldBlock` or
     /// `Closed` before waiting again: one wakes per write, not all (D4).
+    ///
+    /// Of a process-shared channel it is an epoll fd, readable also once
+    /// the other process is gone; the kernel refuses `EPOLLEXCLUSIVE` on it,
+    /// so there every consumer wakes.
     #[cfg(not(loom))]
     pub fn recv_fd(&self) -> BorrowedFd<'_> {
-        self.shared.bells.recv_fd()
+        match &self.inner {
+            Inner::Local(sh) => sh.bells.recv_fd(),
+            Inner::Process(p) => p.poll_fd(process::Direction::Recv),
+        }
     }
 
     /// The fd to poll for room: not readable while the channel is full and
@@ -137,28 +249,49 @@ impl Chan {
     /// The first call creates it (every handle then shares it), at the
     /// level the channel's state gives it; it fails only then, if the
     /// eventfd cannot be created (EMFILE, ENFILE, ENOMEM), and a later call
-    /// tries again. A channel never asked for it has one fd.
+    /// tries again. A channel never asked for it has one fd. Of a
+    /// process-shared channel it is an epoll fd, made with the channel,
+    /// readable also once the other process is gone.
     #[cfg(not(loom))]
     pub fn send_fd(&self) -> Result<BorrowedFd<'_>> {
-        use std::os::fd::AsFd;
-        let sh = &*self.shared;
-        Ok(sh.bells.send(&sh.ring)?.as_fd())
+        match &self.inner {
+            Inner::Local(sh) => Ok(sh.bells.send(&sh.ring)?.as_fd()),
+            Inner::Process(p) => Ok(p.poll_fd(process::Direction::Send)),
+        }
     }
 
     /// `recv_fd` as a number, for the loop (and the loom model, whose
     /// doorbells have no fd).
     pub(crate) fn recv_raw_fd(&self) -> RawFd {
-        self.shared.bells.recv_raw_fd()
+        match &self.inner {
+            Inner::Local(sh) => sh.bells.recv_raw_fd(),
+            #[cfg(not(loom))]
+            Inner::Process(p) => p.poll_fd(process::Direction::Recv).as_raw_fd(),
+            #[cfg(loom)]
+            Inner::Process(_) => -1,
+        }
+    }
+
+    /// Whether consumers may register the receive fd with `EPOLLEXCLUSIVE`
+    /// (not an epoll fd, which the kernel refuses it for).
+    pub(crate) fn exclusive_wake(&self) -> bool {
+        matches!(self.inner, Inner::Local(_))
     }
 
     /// The longest message a send accepts.
     pub fn max_msg_size(&self) -> usize {
-        self.shared.ring.limits().max_msg_size
+        match &self.inner {
+            Inner::Local(sh) => sh.ring.limits().max_msg_size,
+            Inner::Process(p) => p.max_msg_size(),
+        }
     }
 
     /// The most messages the channel holds.
     pub fn capacity(&self) -> usize {
-        self.shared.ring.limits().capacity
+        match &self.inner {
+            Inner::Local(sh) => sh.ring.limits().capacity,
+            Inner::Process(p) => p.capacity(),
+        }
     }
 
     /// Queues a copy of `msg`, waiting for room as `wait` says. A refused
@@ -180,60 +313,10 @@ impl Chan {
     where
         I: IntoIterator<Item = &'a [u8]>,
     {
-        let sh = &*self.shared;
-        let mut msgs = msgs.into_iter();
-        let Some(first) = msgs.next() else {
-            return Ok(0);
-        };
-        sh.check_len(first.len())?;
-        let mut pushed = Pushed::default();
-        let mut deadline = None;
-        loop {
-            match sh.try_push(first) {
-                Ok(c) => {
-                    pushed.add(&c);
-                    break;
-                }
-                Err(PushError::Closed) => return Err(Error::Closed),
-                Err(PushError::NoMemory) => return Err(Error::from_errno(libc::ENOMEM)),
-                Err(PushError::Full) => {
-                    // No room: lower the send fd now, so a producer polling
-                    // it sleeps until the queue drains instead of spinning
-                    // and gets its raise as an event (D9). If room came
-                    // back meanwhile, the fd may be up: try again instead.
-                    if !sh.settle_send(Some(first.len())) {
-                        continue;
-                    }
-                    let deadline = *deadline.get_or_insert_with(|| Deadline::new(wait));
-                    if let Some(e) = deadline.expired() {
-                        return Err(e);
-                    }
-                    sh.parking.wait_for_room(&sh.ring, first.len(), deadline);
-                }
-            }
+        match &self.inner {
+            Inner::Local(sh) => sh.send_batch(msgs.into_iter(), wait),
+            Inner::Process(p) => p.send_batch(msgs.into_iter(), wait),
         }
-        'batch: for msg in msgs {
-            if msg.len() > sh.ring.limits().max_msg_size {
-                break;
-            }
-            loop {
-                match sh.try_push(msg) {
-                    Ok(c) => {
-                        pushed.add(&c);
-                        break;
-                    }
-                    // Cut short for lack of room: as for the first message.
-                    Err(PushError::Full) if !sh.settle_send(Some(msg.len())) => {}
-                    Err(PushError::Full) => {
-                        pushed.refused = true;
-                        break 'batch;
-                    }
-                    Err(PushError::Closed | PushError::NoMemory) => break 'batch,
-                }
-            }
-        }
-        sh.after_push(&pushed);
-        Ok(pushed.n)
     }
 
     /// Receives the head message into `buf` and returns its length. If `buf`
@@ -241,13 +324,21 @@ impl Chan {
     /// many bytes it needs (D7). After close, once drained, fails with
     /// `Error::Closed` (end of stream).
     pub fn recv_into(&self, buf: &mut [u8], wait: Wait) -> Result<usize> {
-        let sh = &*self.shared;
-        let room = buf.len();
-        let c = sh.pop_waiting(wait, |len| len <= room, &mut |m: Payload<'_>| {
-            copy_out(m, buf)
-        })?;
-        sh.after_pop(&Popped::one(&c));
-        Ok(c.value)
+        match &self.inner {
+            Inner::Local(sh) => sh.recv_into(buf, wait),
+            Inner::Process(p) => {
+                let mut got = 0;
+                p.recv_with(wait, 1, |len, copy| {
+                    got = len;
+                    let fits = len <= buf.len();
+                    if fits {
+                        copy(buf);
+                    }
+                    fits
+                })?;
+                Ok(got)
+            }
+        }
     }
 
     /// Receives the head message as an owned buffer. A message over 48
@@ -255,10 +346,18 @@ impl Chan {
     /// on the next long send through it); a shorter one, stored in the slot
     /// itself, is copied into a new `Vec`. `recv_into` never allocates.
     pub fn recv(&self, wait: Wait) -> Result<Vec<u8>> {
-        let sh = &*self.shared;
-        let c = sh.pop_waiting(wait, |_| true, &mut |m: Payload<'_>| m.into_vec())?;
-        sh.after_pop(&Popped::one(&c));
-        Ok(c.value)
+        match &self.inner {
+            Inner::Local(sh) => sh.recv(wait),
+            Inner::Process(p) => {
+                let mut msg = Vec::new();
+                p.recv_with(wait, 1, |len, copy| {
+                    msg.resize(len, 0);
+                    copy(&mut msg);
+                    true
+                })?;
+                Ok(msg)
+            }
+        }
     }
 
     /// Receives as many messages as fit, packed back to back into `buf`,
@@ -267,83 +366,74 @@ impl Chan {
     /// fit; if that is the head, fails with `Error::BufferTooSmall` and
     /// nothing is taken. `lens` empty returns 0 at once.
     pub fn recv_batch(&self, buf: &mut [u8], lens: &mut [usize], wait: Wait) -> Result<usize> {
-        if lens.is_empty() {
-            return Ok(0);
+        match &self.inner {
+            Inner::Local(sh) => sh.recv_batch(buf, lens, wait),
+            Inner::Process(_) if lens.is_empty() => Ok(0),
+            Inner::Process(p) => {
+                let mut off = 0;
+                let mut i = 0;
+                let end = p.recv_with(wait, lens.len(), |len, copy| {
+                    if off + len > buf.len() {
+                        return false;
+                    }
+                    copy(&mut buf[off..off + len]);
+                    lens[i] = len;
+                    i += 1;
+                    off += len;
+                    true
+                })?;
+                Ok(end.count())
+            }
         }
-        let sh = &*self.shared;
-        let total = buf.len();
-        let first = sh.pop_waiting(wait, |len| len <= total, &mut |m: Payload<'_>| {
-            copy_out(m, buf)
-        })?;
-        let mut off = first.value;
-        lens[0] = first.value;
-        let mut popped = Popped::one(&first);
-        while popped.n < lens.len() {
-            let rest = &mut buf[off..];
-            let room = rest.len();
-            let copy = &mut |m: Payload<'_>| copy_out(m, rest);
-            let c = match sh.ring.pop(|len| len <= room, copy) {
-                Pop::Took(c) => c,
-                Pop::Empty(tail) if tail.has(TAIL_CLOSED) => {
-                    popped.edge_owed = true;
-                    break;
-                }
-                // Short: settle the fd as a refused receive does.
-                Pop::Empty(tail) if sh.settle_before_refusal(tail) => continue,
-                Pop::Empty(_) => {
-                    popped.settled = true;
-                    break;
-                }
-                Pop::TooLong(_) => break,
-            };
-            lens[popped.n] = c.value;
-            off += c.value;
-            popped.add(&c);
-        }
-        sh.after_pop(&popped);
-        Ok(popped.n)
     }
 
     /// Closes the channel (D6): sends fail with `Error::Closed` from now on;
     /// queued messages stay receivable; both fds become and stay readable and
     /// every blocked thread wakes. Returns false if it was already closed.
+    /// A process-shared channel is closed for both processes.
     pub fn close(&self) -> bool {
-        let sh = &*self.shared;
-        if sh.ring.tail().set(TAIL_CLOSED).has(TAIL_CLOSED) {
-            return false;
+        match &self.inner {
+            Inner::Local(sh) => sh.close(),
+            Inner::Process(p) => p.close(),
         }
-        // An event on both fds even if they are up already: an
-        // edge-triggered waiter may have consumed the last one just before
-        // its refusal.
-        sh.bells.settle_recv(&sh.ring, Edge::Always);
-        sh.bells.settle_send(&sh.ring, None, Edge::Always);
-        sh.parking.wake_all(&sh.ring);
-        true
     }
 
-    /// Whether the channel is closed.
+    /// Whether the channel is closed (for a process-shared channel also:
+    /// closed on this side because the other process broke the protocol,
+    /// or, at the receiving end, because the sending process is gone).
     pub fn is_closed(&self) -> bool {
-        self.shared
-            .ring
-            .tail()
-            .load(Ordering::SeqCst)
-            .has(TAIL_CLOSED)
+        match &self.inner {
+            Inner::Local(sh) => sh.ring.tail().load(shim::Ordering::SeqCst).has(TAIL_CLOSED),
+            Inner::Process(p) => p.is_closed(),
+        }
     }
 
     /// A snapshot of the counters. Exact when no call is in progress; while
     /// other threads send and receive, each counter is a recent value.
     /// `pending_bytes` without a byte limit is summed over the pending
-    /// messages, so it costs time proportional to the queue's depth.
+    /// messages, so it costs time proportional to the queue's depth. Of a
+    /// process-shared channel, the doorbell rings are this process's.
     pub fn stats(&self) -> Stats {
-        self.shared.stats()
+        match &self.inner {
+            Inner::Local(sh) => sh.stats(),
+            Inner::Process(p) => p.stats(),
+        }
     }
 
     /// Drops this handle. If it was the last one, the messages still queued
     /// are discarded (each passed to the drop hook) and the channel's final
-    /// counters are returned, `dropped` included; otherwise `None`.
+    /// counters are returned, `dropped` included; otherwise `None`. The
+    /// last handle of a process-shared channel's end discards nothing (the
+    /// other process, or the next one given this end, may still take them):
+    /// `dropped` is 0.
     pub fn into_final_stats(self) -> Option<Stats> {
-        let mut shared = Arc::into_inner(self.shared)?;
-        shared.discard_pending();
-        Some(shared.stats())
+        match self.inner {
+            Inner::Local(sh) => {
+                let mut shared = Arc::into_inner(sh)?;
+                shared.discard_pending();
+                Some(shared.stats())
+            }
+            Inner::Process(p) => Arc::into_inner(p).map(|p| p.stats()),
+        }
     }
 }

@@ -18,6 +18,10 @@ pub const MAX_CAPACITY: usize = 1 << 24;
 /// Maximum message size when the options do not set one.
 pub const DEFAULT_MAX_MSG_SIZE: usize = 1 << 20;
 
+/// Maximum message size of a process-shared channel when the options do
+/// not set one: each of its slots holds a whole message.
+pub const SHARED_DEFAULT_MAX_MSG_SIZE: usize = 4096;
+
 /// Called once for each message still queued when the last handle goes away.
 pub type DropFn = Box<dyn Fn(&[u8]) + Send + Sync>;
 
@@ -80,6 +84,17 @@ impl Options {
     /// it.
     pub fn on_drop(mut self, f: impl Fn(&[u8]) + Send + Sync + 'static) -> Options {
         self.on_drop = Some(Box::new(f));
+        self
+    }
+}
+
+impl Options {
+    /// These options with a process-shared channel's default message size
+    /// limit, if they set none.
+    pub(super) fn shared_defaults(mut self) -> Options {
+        if self.max_msg_size.is_none() && self.max_bytes.is_none() {
+            self.max_msg_size = Some(SHARED_DEFAULT_MAX_MSG_SIZE);
+        }
         self
     }
 }

@@ -74,6 +74,9 @@ impl Word {
     pub(super) fn union(self, other: Word) -> Word {
         Word(self.0 | other.0)
     }
+
+    /// No position, no flag: what a union starts from.
+    pub(super) const NONE: Word = Word(0);
 }
 
 /// One of the ring's two shared words, `tail` or `head`, with the
@@ -81,7 +84,11 @@ impl Word {
 #[derive(Clone, Copy)]
 pub(super) struct SharedWord<'a>(&'a AtomicU64);
 
-impl SharedWord<'_> {
+impl<'a> SharedWord<'a> {
+    pub(super) fn new(word: &'a AtomicU64) -> SharedWord<'a> {
+        SharedWord(word)
+    }
+
     pub(super) fn load(self, order: Ordering) -> Word {
         Word(self.0.load(order))
     }
@@ -109,8 +116,9 @@ impl SharedWord<'_> {
             .is_ok()
     }
 
-    /// Claims position `seen.position()` by moving the word to the next.
-    fn claim(self, seen: Word) -> Result<(), Word> {
+    /// Moves the word from `seen` to the next position (a claim, or a
+    /// publication); fails with the word now if it is no longer `seen`.
+    pub(super) fn advance(self, seen: Word) -> Result<(), Word> {
         self.0
             .compare_exchange_weak(seen.0, seen.0 + ONE, Ordering::SeqCst, Ordering::Relaxed)
             .map(drop)
@@ -209,13 +217,13 @@ impl Ring {
     /// Moved by senders.
     #[inline]
     pub(super) fn tail(&self) -> SharedWord<'_> {
-        SharedWord(self.state.tail())
+        SharedWord::new(self.state.tail())
     }
 
     /// Moved by receivers.
     #[inline]
     pub(super) fn head(&self) -> SharedWord<'_> {
-        SharedWord(self.state.head())
+        SharedWord::new(self.state.head())
     }
 
     pub(super) fn byte_limited(&self) -> bool {
@@ -392,7 +400,7 @@ impl Ring {
             let (slot, empty) = self.slot(pos);
             let stamp = slot.stamp.load(Ordering::Acquire);
             if stamp == empty {
-                match self.tail().claim(tail) {
+                match self.tail().advance(tail) {
                     Ok(()) => {
                         self.write(pos, msg);
                         slot.stamp.store(empty + 1, Ordering::Release);
@@ -448,7 +456,7 @@ impl Ring {
                     head = now;
                     continue;
                 }
-                match self.head().claim(head) {
+                match self.head().advance(head) {
                     Ok(()) => {
                         let value = self.read(pos, len, take);
                         slot.stamp.store(empty + 2 * self.cap, Ordering::Release);
@@ -530,5 +538,35 @@ impl Ring {
             self.read(p, len, &mut |m: Payload<'_>| f(m.bytes()));
         }
         tail - head
+    }
+}
+
+impl super::doorbell::Queue for Ring {
+    fn tail(&self) -> SharedWord<'_> {
+        Ring::tail(self)
+    }
+
+    fn head(&self) -> SharedWord<'_> {
+        Ring::head(self)
+    }
+
+    fn byte_limited(&self) -> bool {
+        Ring::byte_limited(self)
+    }
+
+    fn bytes(&self) -> u64 {
+        Ring::bytes(self)
+    }
+
+    fn is_full(&self, depth: u64, bytes: u64) -> bool {
+        Ring::is_full(self, depth, bytes)
+    }
+
+    fn is_low(&self, depth: u64, bytes: u64) -> bool {
+        Ring::is_low(self, depth, bytes)
+    }
+
+    fn fits(&self, depth: u64, bytes: u64, len: usize) -> bool {
+        Ring::fits(self, depth, bytes, len)
     }
 }

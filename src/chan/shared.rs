@@ -21,8 +21,8 @@ pub(super) struct Shared {
     pub(super) ring: Ring,
     pub(super) bells: Doorbells,
     pub(super) parking: Parking,
-    /// Loop sources taking from this channel (`LoopConsumer`).
-    pub(super) loop_consumers: AtomicUsize,
+    /// Consumers counted in (`Consumer`, loop sources), for the hand-on.
+    pub(super) consumers: AtomicUsize,
     on_drop: Option<DropFn>,
     /// Messages discarded by the last handle (set with `&mut`).
     dropped: u64,
@@ -101,7 +101,7 @@ impl Shared {
             ring,
             bells: Doorbells::new()?,
             parking: Parking::new(),
-            loop_consumers: AtomicUsize::new(0),
+            consumers: AtomicUsize::new(0),
             on_drop,
             dropped: 0,
             discarded: false,
@@ -297,5 +297,142 @@ impl Shared {
 impl Drop for Shared {
     fn drop(&mut self) {
         self.discard_pending();
+    }
+}
+
+/// The in-process channel's calls (see `Chan`).
+impl Shared {
+    pub(super) fn send_batch<'a>(
+        &self,
+        mut msgs: impl Iterator<Item = &'a [u8]>,
+        wait: Wait,
+    ) -> Result<usize> {
+        let sh = self;
+        let Some(first) = msgs.next() else {
+            return Ok(0);
+        };
+        sh.check_len(first.len())?;
+        let mut pushed = Pushed::default();
+        let mut deadline = None;
+        loop {
+            match sh.try_push(first) {
+                Ok(c) => {
+                    pushed.add(&c);
+                    break;
+                }
+                Err(PushError::Closed) => return Err(Error::Closed),
+                Err(PushError::NoMemory) => return Err(Error::from_errno(libc::ENOMEM)),
+                Err(PushError::Full) => {
+                    // No room: lower the send fd now, so a producer polling
+                    // it sleeps until the queue drains instead of spinning
+                    // and gets its raise as an event (D9). If room came
+                    // back meanwhile, the fd may be up: try again instead.
+                    if !sh.settle_send(Some(first.len())) {
+                        continue;
+                    }
+                    let deadline = *deadline.get_or_insert_with(|| Deadline::new(wait));
+                    if let Some(e) = deadline.expired() {
+                        return Err(e);
+                    }
+                    sh.parking.wait_for_room(&sh.ring, first.len(), deadline);
+                }
+            }
+        }
+        'batch: for msg in msgs {
+            if msg.len() > sh.ring.limits().max_msg_size {
+                break;
+            }
+            loop {
+                match sh.try_push(msg) {
+                    Ok(c) => {
+                        pushed.add(&c);
+                        break;
+                    }
+                    // Cut short for lack of room: as for the first message.
+                    Err(PushError::Full) if !sh.settle_send(Some(msg.len())) => {}
+                    Err(PushError::Full) => {
+                        pushed.refused = true;
+                        break 'batch;
+                    }
+                    Err(PushError::Closed | PushError::NoMemory) => break 'batch,
+                }
+            }
+        }
+        sh.after_push(&pushed);
+        Ok(pushed.n)
+    }
+
+    pub(super) fn recv_into(&self, buf: &mut [u8], wait: Wait) -> Result<usize> {
+        let sh = self;
+        let room = buf.len();
+        let c = sh.pop_waiting(wait, |len| len <= room, &mut |m: Payload<'_>| {
+            copy_out(m, buf)
+        })?;
+        sh.after_pop(&Popped::one(&c));
+        Ok(c.value)
+    }
+
+    pub(super) fn recv(&self, wait: Wait) -> Result<Vec<u8>> {
+        let sh = self;
+        let c = sh.pop_waiting(wait, |_| true, &mut |m: Payload<'_>| m.into_vec())?;
+        sh.after_pop(&Popped::one(&c));
+        Ok(c.value)
+    }
+
+    pub(super) fn recv_batch(
+        &self,
+        buf: &mut [u8],
+        lens: &mut [usize],
+        wait: Wait,
+    ) -> Result<usize> {
+        if lens.is_empty() {
+            return Ok(0);
+        }
+        let sh = self;
+        let total = buf.len();
+        let first = sh.pop_waiting(wait, |len| len <= total, &mut |m: Payload<'_>| {
+            copy_out(m, buf)
+        })?;
+        let mut off = first.value;
+        lens[0] = first.value;
+        let mut popped = Popped::one(&first);
+        while popped.n < lens.len() {
+            let rest = &mut buf[off..];
+            let room = rest.len();
+            let copy = &mut |m: Payload<'_>| copy_out(m, rest);
+            let c = match sh.ring.pop(|len| len <= room, copy) {
+                Pop::Took(c) => c,
+                Pop::Empty(tail) if tail.has(TAIL_CLOSED) => {
+                    popped.edge_owed = true;
+                    break;
+                }
+                // Short: settle the fd as a refused receive does.
+                Pop::Empty(tail) if sh.settle_before_refusal(tail) => continue,
+                Pop::Empty(_) => {
+                    popped.settled = true;
+                    break;
+                }
+                Pop::TooLong(_) => break,
+            };
+            lens[popped.n] = c.value;
+            off += c.value;
+            popped.add(&c);
+        }
+        sh.after_pop(&popped);
+        Ok(popped.n)
+    }
+
+    pub(super) fn close(&self) -> bool {
+        let sh = self;
+        if sh.ring.tail().set(TAIL_CLOSED).has(TAIL_CLOSED) {
+            return false;
+        }
+        // An event on both fds even if they are up already: an
+        // edge-triggered waiter may have consumed the last one just before
+        // its refusal.
+        sh.bells.settle_recv(&sh.ring, Edge::Always);
+        sh.bells.settle_send(&sh.ring, None, Edge::Always);
+        sh.parking.wake_all(&sh.ring);
+        true
     }
 }

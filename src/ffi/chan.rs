@@ -16,7 +16,7 @@ use crate::chan::{Chan, Options, Stats};
 
 /// A channel handle. Each handle is freed once with `eventq_chan_free`; the
 /// channel lives until its last handle is freed.
-pub struct eventq_chan(Chan);
+pub struct eventq_chan(pub(crate) Chan);
 
 impl Handle for eventq_chan {
     type Ownership = OwnershipBox;
@@ -235,6 +235,43 @@ pub extern "C" fn eventq_chan_opts_init(opts: *mut eventq_chan_opts, size: usize
     })
 }
 
+/// The channel options `opts` (NULL: the defaults) asks for.
+///
+/// # Safety
+/// `opts` is NULL or points to an `eventq_chan_opts` whose first `size`
+/// bytes (its `size` field) are readable, as `eventq_chan_opts_init` fills
+/// them.
+pub(crate) unsafe fn options_of(opts: *const eventq_chan_opts) -> Result<Options, c_int> {
+    let mut o = default_opts(size_of::<eventq_chan_opts>());
+    if !opts.is_null() {
+        // SAFETY: a non-NULL opts points to a struct whose first field,
+        // `size`, is initialised (this function's contract).
+        let size = unsafe { ptr::addr_of!((*opts).size).read() };
+        // SAFETY: opts points to `size` readable bytes (this function's
+        // contract); its fields are integers, a pointer and an optional fn
+        // pointer, which take any bytes.
+        unsafe { read_sized(opts, size, EVENTQ_CHAN_OPTS_SIZE_MIN, &mut o) }?;
+    }
+    let mut options = Options::new(o.capacity);
+    if o.max_bytes != 0 {
+        options = options.max_bytes(o.max_bytes);
+    }
+    if o.max_msg_size != 0 {
+        options = options.max_msg_size(o.max_msg_size);
+    }
+    if o.low_water != EVENTQ_LOW_WATER_DEFAULT {
+        options = options.low_water(o.low_water);
+    }
+    if let Some(f) = o.drop_fn {
+        let hook = DropHook {
+            f,
+            userdata: UserData::new(o.drop_userdata, None),
+        };
+        options = options.on_drop(move |m| hook.call(m));
+    }
+    Ok(options)
+}
+
 /// Creates a channel and writes its first handle to `*out`. `opts` may be
 /// NULL for the defaults of `eventq_chan_opts_init`; else its `size` says
 /// which fields it has (the rest take their defaults).
@@ -258,33 +295,9 @@ pub extern "C" fn eventq_chan_new(
 ) -> c_int {
     boundary!(PANIC, {
         ensure!(!out.is_null());
-        let mut o = default_opts(size_of::<eventq_chan_opts>());
-        if !opts.is_null() {
-            // SAFETY: a non-NULL opts points to a struct whose first field,
-            // `size`, is initialised, as the header requires.
-            let size = unsafe { ptr::addr_of!((*opts).size).read() };
-            // SAFETY: opts points to `size` readable bytes, filled by
-            // eventq_chan_opts_init (header); its fields are integers, a
-            // pointer and an optional fn pointer, which take any bytes.
-            try_c!(unsafe { read_sized(opts, size, EVENTQ_CHAN_OPTS_SIZE_MIN, &mut o) });
-        }
-        let mut options = Options::new(o.capacity);
-        if o.max_bytes != 0 {
-            options = options.max_bytes(o.max_bytes);
-        }
-        if o.max_msg_size != 0 {
-            options = options.max_msg_size(o.max_msg_size);
-        }
-        if o.low_water != EVENTQ_LOW_WATER_DEFAULT {
-            options = options.low_water(o.low_water);
-        }
-        if let Some(f) = o.drop_fn {
-            let hook = DropHook {
-                f,
-                userdata: UserData::new(o.drop_userdata, None),
-            };
-            options = options.on_drop(move |m| hook.call(m));
-        }
+        // SAFETY: opts is NULL or initialised by eventq_chan_opts_init
+        // (header).
+        let options = try_c!(unsafe { options_of(opts) });
         match Chan::new(options) {
             // SAFETY: out is non-NULL (checked) and points to a handle
             // pointer (header).
@@ -369,7 +382,12 @@ pub extern "C" fn eventq_chan_free_final(
 /// them per write instead of all (D4). Each must keep receiving until
 /// -EAGAIN or end of stream before it waits again: a receive that reports
 /// end of stream writes the fd again, which wakes the next, so every
-/// consumer learns of the close (D6).
+/// consumer learns of the close (D6). A consumer that stops waiting counts
+/// itself out with `eventq_chan_consumer_leave`, which hands the wake-up on.
+///
+/// Of a process-shared channel (`eventq_chan_new_shared`) it is an epoll
+/// fd, readable also once the other process is gone; the kernel refuses
+/// EPOLLEXCLUSIVE on an epoll fd, so there every consumer wakes.
 ///
 /// Thread safety: any thread.
 #[no_mangle]
@@ -398,6 +416,10 @@ pub extern "C" fn eventq_chan_recv_fd(chan: *const eventq_chan) -> c_int {
 /// wait for the next event: after any send refused for lack of room, the fd
 /// gets a new event when it is due readable as above (a refused send leaves
 /// it down); close always writes it (D9).
+///
+/// Of a process-shared channel it is an epoll fd, made with the channel,
+/// readable also once the other process is gone (a send then fails with
+/// -EPIPE once the ring is full).
 ///
 /// Thread safety: any thread.
 #[no_mangle]

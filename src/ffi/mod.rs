@@ -30,6 +30,7 @@ pub mod chan;
 #[path = "loop.rs"]
 pub mod event_loop;
 pub mod memcg;
+pub mod shared;
 
 /// Runs an export's body, turning a panic into `$on_panic` so no unwind
 /// crosses the ABI. `return` inside the body returns from the export.
@@ -400,7 +401,7 @@ const MESSAGES: &[(c_int, &CStr)] = &[
     ),
     (
         libc::EPERM,
-        c"operation not permitted: epoll cannot watch the fd (a regular file), or a PSI window that is not a multiple of 2 s needs CAP_SYS_RESOURCE",
+        c"operation not permitted: epoll cannot watch the fd (a regular file), a PSI window that is not a multiple of 2 s needs CAP_SYS_RESOURCE, or this end of a process-shared channel only sends (or only receives)",
     ),
     (
         libc::EACCES,
@@ -426,6 +427,14 @@ const MESSAGES: &[(c_int, &CStr)] = &[
         c"operation not supported: the kernel has no PSI (CONFIG_PSI off, psi=0), or per-cgroup PSI is disabled",
     ),
     (libc::EIO, c"input/output error"),
+    (
+        libc::EPROTO,
+        c"the other process broke the shared channel's protocol (a shared word, or what was handed over, is not what it may be); the channel is closed on this side",
+    ),
+    (
+        libc::EISCONN,
+        c"the other end of this process-shared channel is held by a live process",
+    ),
     (
         libc::ENOTRECOVERABLE,
         c"internal error: a panic was caught at the libeventq ABI boundary",

@@ -296,8 +296,14 @@ impl Loop {
                 // Exclusive: when several loops consume one channel, a
                 // message wakes one of them, not all (each passes an end of
                 // stream on, and a loop that stops with messages left wakes
-                // the next: `LoopConsumer`).
-                (kind, events::IN | libc::EPOLLEXCLUSIVE as u32)
+                // the next: `LoopConsumer`). Not on a process-shared
+                // channel's fd, an epoll fd, which the kernel refuses it for.
+                let exclusive = if chan.exclusive_wake() {
+                    libc::EPOLLEXCLUSIVE as u32
+                } else {
+                    0
+                };
+                (kind, events::IN | exclusive)
             }
             NewSource::Signal(signo) => {
                 // SIGKILL and SIGSTOP cannot be blocked, so a signalfd never

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 //! The operating system layer: thin wrappers over the Linux fd primitives
-//! the library is built on, one file per mechanism, and the anonymous
-//! mapping that holds a large channel's slots.
+//! the library is built on, one file per mechanism, and the mappings that
+//! hold a channel's ring (anonymous, or a sealed memfd shared with another
+//! process).
 //!
 //! Private to the crate. With `ffi`, the only code allowed `unsafe` (the
 //! crate root denies it elsewhere). Every fd made here is `O_CLOEXEC |
@@ -39,7 +40,11 @@ mod eventfd;
 mod inotify;
 #[cfg(not(loom))]
 mod mapping;
+#[cfg(not(loom))]
+mod memfd;
 mod signalfd;
+#[cfg(not(loom))]
+pub(crate) mod socket;
 mod timerfd;
 
 pub(crate) use self::epoll::Epoll;

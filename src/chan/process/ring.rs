@@ -1,0 +1,398 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+//! The ring of a process-shared channel: one process sends, the other
+//! receives, so each position word has one writer process (a
+//! single-producer single-consumer ring, L. Lamport's), and the threads of
+//! each side take turns under a lock of their own process (`Turn`).
+//!
+//! A sender writes the message into the slot of its position, then
+//! publishes it by moving `tail`; a receiver copies the message out, then
+//! frees the slot by moving `head`. Nothing is claimed before it is done,
+//! so a process killed at any instruction leaves no half-claimed slot: an
+//! unpublished message was never sent, a message not yet freed is still
+//! there for the next receiver.
+//!
+//! The other process is not trusted. Each side keeps its own position and
+//! the last position it saw of the other side, and reads the other side's
+//! word once per refresh, checking that it only moved forward and by no
+//! more than the ring holds; a message's length is checked against the
+//! limit before a byte is copied. Anything else is `Error::Corrupt`.
+//! Every access stays inside the mapping whatever the words say.
+
+use std::sync::Arc;
+
+use super::layout::{Layout, BELLS_LINE, HEADER_LINES, HEAD_LINE, PEAK_LINE, TAIL_LINE};
+use crate::chan::doorbell::Queue;
+use crate::chan::ring::{SharedWord, Word, TAIL_CLOSED};
+use crate::chan::shim::{AtomicU64, Ordering};
+use crate::error::{Error, Result};
+
+/// A slot's words and the payload words of messages are std's atomics,
+/// also under loom (outside the model): `tail` and `head` order them.
+type PayloadWord = std::sync::atomic::AtomicU64;
+
+/// The shared memory: a memfd's mapping, or under loom boxes of model
+/// atomics that the two sides of a model share.
+pub(in crate::chan) struct Memory {
+    #[cfg(not(loom))]
+    lines: crate::sys::ZeroedLines<HEADER_LINES>,
+    #[cfg(loom)]
+    header: Box<[[AtomicU64; 2]]>,
+    #[cfg(loom)]
+    slots: Box<[[PayloadWord; 8]]>,
+}
+
+impl Memory {
+    #[cfg(not(loom))]
+    pub(in crate::chan) fn new(lines: crate::sys::ZeroedLines<HEADER_LINES>) -> Memory {
+        Memory { lines }
+    }
+
+    /// Zeroed memory for `slot_total` slot lines (loom's stand-in for a
+    /// memfd).
+    #[cfg(loom)]
+    pub(in crate::chan) fn zeroed(slot_total: usize) -> Memory {
+        Memory {
+            header: (0..HEADER_LINES).map(|_| Default::default()).collect(),
+            slots: (0..slot_total).map(|_| Default::default()).collect(),
+        }
+    }
+
+    /// Lines past the header.
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(in crate::chan) fn slot_total(&self) -> usize {
+        #[cfg(not(loom))]
+        return self.lines.len();
+        #[cfg(loom)]
+        return self.slots.len();
+    }
+
+    /// Word `w` (0 or 1) of header line `line`.
+    #[inline]
+    fn word(&self, line: usize, w: usize) -> &AtomicU64 {
+        #[cfg(not(loom))]
+        return &self.lines.header()[line].0[w];
+        #[cfg(loom)]
+        return &self.header[line][w];
+    }
+
+    /// Slot-area line `line`.
+    #[inline]
+    fn slot_line(&self, line: usize) -> &[PayloadWord; 8] {
+        #[cfg(not(loom))]
+        return &self.lines[line].0;
+        #[cfg(loom)]
+        return &self.slots[line];
+    }
+
+    /// The layout words of line 0, read once.
+    #[cfg(not(loom))]
+    pub(in crate::chan) fn layout_words(&self) -> [u64; 6] {
+        let line = &self.lines.header()[0].0;
+        std::array::from_fn(|i| line[i].load(Ordering::Acquire))
+    }
+
+    #[cfg(not(loom))]
+    pub(in crate::chan) fn write_layout(&self, words: [u64; 6]) {
+        let line = &self.lines.header()[0].0;
+        for (w, v) in line.iter().zip(words) {
+            w.store(v, Ordering::Release);
+        }
+    }
+}
+
+/// The last positions one side knows: its own (which only it moves) and
+/// the other side's, as last seen. Kept under the side's lock, so the
+/// threads of one process take turns.
+#[derive(Clone, Copy, Debug)]
+pub(in crate::chan) struct Turn {
+    pub(in crate::chan) own: u64,
+    pub(in crate::chan) seen: u64,
+}
+
+/// What a push found.
+pub(in crate::chan) enum Pushed {
+    /// Published; the `tail` word before (its flags are the sender's to act
+    /// on).
+    Sent(Word),
+    Full,
+    Closed,
+}
+
+/// What a receiver finds at its position.
+pub(in crate::chan) enum Peeked {
+    /// A message this long.
+    Ready(usize),
+    /// Nothing published: the `tail` word that showed it.
+    Empty(Word),
+}
+
+pub(in crate::chan) struct ShmRing {
+    mem: Arc<Memory>,
+    layout: Layout,
+    cap: u64,
+}
+
+impl ShmRing {
+    pub(in crate::chan) fn new(mem: Arc<Memory>, layout: Layout) -> ShmRing {
+        ShmRing {
+            mem,
+            cap: layout.capacity as u64,
+            layout,
+        }
+    }
+
+    #[cfg(loom)]
+    pub(in crate::chan) fn memory(&self) -> &Arc<Memory> {
+        &self.mem
+    }
+
+    pub(in crate::chan) fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    #[inline]
+    pub(in crate::chan) fn tail(&self) -> SharedWord<'_> {
+        SharedWord::new(self.mem.word(TAIL_LINE, 0))
+    }
+
+    #[inline]
+    pub(in crate::chan) fn head(&self) -> SharedWord<'_> {
+        SharedWord::new(self.mem.word(HEAD_LINE, 0))
+    }
+
+    /// The doorbell lock word (see `bells.rs`).
+    pub(in crate::chan) fn bells_lock(&self) -> &AtomicU64 {
+        self.mem.word(BELLS_LINE, 0)
+    }
+
+    /// The doorbell requests word (see `bells.rs`).
+    pub(in crate::chan) fn bells_requests(&self) -> &AtomicU64 {
+        self.mem.word(BELLS_LINE, 1)
+    }
+
+    /// The most messages the sender saw queued (clamped: another process
+    /// writes it).
+    pub(in crate::chan) fn peak(&self) -> u64 {
+        self.mem
+            .word(PEAK_LINE, 0)
+            .load(Ordering::Relaxed)
+            .min(self.cap)
+    }
+
+    /// The first line of the slot of message `pos`.
+    fn slot_base(&self, pos: u64) -> usize {
+        (pos % self.cap) as usize * self.layout.slot_lines
+    }
+
+    /// Word `k` of the slot starting at line `base`: 0 is the length, the
+    /// message's bytes follow.
+    #[inline]
+    fn slot_word(&self, base: usize, k: usize) -> &PayloadWord {
+        &self.mem.slot_line(base + k / 8)[k % 8]
+    }
+
+    fn write(&self, pos: u64, msg: &[u8]) {
+        let base = self.slot_base(pos);
+        let whole = msg.chunks_exact(8);
+        let rest = whole.remainder();
+        let n = msg.len() / 8;
+        for (k, chunk) in whole.enumerate() {
+            let w: [u8; 8] = chunk.try_into().expect("8-byte chunk");
+            self.slot_word(base, 1 + k)
+                .store(u64::from_ne_bytes(w), Ordering::Relaxed);
+        }
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.slot_word(base, 1 + n)
+                .store(u64::from_ne_bytes(w), Ordering::Relaxed);
+        }
+        self.slot_word(base, 0)
+            .store(msg.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Copies message `pos`, `len` bytes (checked against the limit), into
+    /// the front of `out`.
+    fn read_into(&self, pos: u64, len: usize, out: &mut [u8]) {
+        let base = self.slot_base(pos);
+        let out = &mut out[..len];
+        let mut chunks = out.chunks_exact_mut(8);
+        for (k, chunk) in (&mut chunks).enumerate() {
+            let w = self.slot_word(base, 1 + k).load(Ordering::Relaxed);
+            chunk.copy_from_slice(&w.to_ne_bytes());
+        }
+        let rest = chunks.into_remainder();
+        if !rest.is_empty() {
+            let w = self.slot_word(base, 1 + len / 8).load(Ordering::Relaxed);
+            rest.copy_from_slice(&w.to_ne_bytes()[..rest.len()]);
+        }
+    }
+
+    /// The other side's position, read fresh and checked: it only moves
+    /// forward, and the ring never holds more than its capacity.
+    fn refresh(&self, word: Word, turn: &Turn, sender: bool) -> Result<u64> {
+        let pos = word.position();
+        let (tail, head) = if sender {
+            (turn.own, pos)
+        } else {
+            (pos, turn.own)
+        };
+        if pos < turn.seen || head > tail || tail - head > self.cap {
+            return Err(Error::Corrupt(if sender {
+                "the receiver's position moved backwards or past the sender's"
+            } else {
+                "the sender's position moved backwards or past the ring"
+            }));
+        }
+        Ok(pos)
+    }
+
+    /// Queues a copy of `msg` (within the limit: the caller checked) at the
+    /// sender's position `turn.own`.
+    pub(in crate::chan) fn push(&self, turn: &mut Turn, msg: &[u8]) -> Result<Pushed> {
+        if turn.own - turn.seen >= self.cap {
+            let head = self.head().load(Ordering::Acquire);
+            turn.seen = self.refresh(head, turn, true)?;
+            if turn.own - turn.seen >= self.cap {
+                return Ok(Pushed::Full);
+            }
+        }
+        let mut tail = self.tail().load(Ordering::Relaxed);
+        if tail.has(TAIL_CLOSED) {
+            return Ok(Pushed::Closed);
+        }
+        self.write(turn.own, msg);
+        loop {
+            if tail.position() != turn.own {
+                return Err(Error::Corrupt("the receiver moved the sender's position"));
+            }
+            if tail.has(TAIL_CLOSED) {
+                return Ok(Pushed::Closed);
+            }
+            // The receive side may flip a flag meanwhile: then try again.
+            match self.tail().advance(tail) {
+                Ok(()) => {
+                    turn.own += 1;
+                    return Ok(Pushed::Sent(tail));
+                }
+                Err(now) => tail = now,
+            }
+        }
+    }
+
+    /// The message at the receiver's position `turn.own`, if one is
+    /// published: its length, checked against the limit.
+    pub(in crate::chan) fn peek(&self, turn: &mut Turn) -> Result<Peeked> {
+        if turn.own == turn.seen {
+            let tail = self.tail().load(Ordering::Acquire);
+            turn.seen = self.refresh(tail, turn, false)?;
+            if turn.own == turn.seen {
+                return Ok(Peeked::Empty(tail));
+            }
+        }
+        let len = self
+            .slot_word(self.slot_base(turn.own), 0)
+            .load(Ordering::Relaxed);
+        match usize::try_from(len) {
+            Ok(len) if len <= self.layout.max_msg => Ok(Peeked::Ready(len)),
+            _ => Err(Error::Corrupt("a message longer than the channel's limit")),
+        }
+    }
+
+    /// Copies the message `peek` found, `len` bytes, into the front of
+    /// `out`.
+    pub(in crate::chan) fn copy_out(&self, turn: &Turn, len: usize, out: &mut [u8]) {
+        self.read_into(turn.own, len, out);
+    }
+
+    /// Frees the slot of the message just copied out: moves `head` past it.
+    /// Returns the `head` word before (its flags are the receiver's to act
+    /// on).
+    pub(in crate::chan) fn release(&self, turn: &mut Turn) -> Result<Word> {
+        let mut head = self.head().load(Ordering::Relaxed);
+        loop {
+            if head.position() != turn.own {
+                return Err(Error::Corrupt("the sender moved the receiver's position"));
+            }
+            // The send side may flip a flag meanwhile: then try again.
+            match self.head().advance(head) {
+                Ok(()) => {
+                    turn.own += 1;
+                    return Ok(head);
+                }
+                Err(now) => head = now,
+            }
+        }
+    }
+
+    /// Whether the receiver at `turn` has emptied the queue: nothing past
+    /// its position, read fresh.
+    pub(in crate::chan) fn drained(&self, turn: &Turn) -> bool {
+        turn.own >= turn.seen && turn.own >= self.tail().load(Ordering::SeqCst).position()
+    }
+
+    /// Records the depth a sender saw after publishing, if a new peak.
+    pub(in crate::chan) fn record_peak(&self, turn: &Turn) {
+        let depth = (turn.own - turn.seen).min(self.cap);
+        let peak = self.mem.word(PEAK_LINE, 0);
+        if depth > peak.load(Ordering::Relaxed) {
+            peak.fetch_max(depth, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the queue is at or below the low-water mark, judged by the
+    /// words now.
+    pub(in crate::chan) fn at_low_water(&self) -> bool {
+        let tail = self.tail().load(Ordering::SeqCst);
+        let head = self.head().load(Ordering::SeqCst);
+        depth(tail, head) <= self.layout.low_water as u64
+    }
+
+    /// The lengths of the messages between `head` and `tail` (clamped to
+    /// the limit and the ring: another process writes them), for the stats.
+    pub(in crate::chan) fn pending_bytes(&self, head: u64, tail: u64) -> u64 {
+        let tail = tail.min(head + self.cap);
+        (head..tail)
+            .map(|p| {
+                self.slot_word(self.slot_base(p), 0)
+                    .load(Ordering::Relaxed)
+                    .min(self.layout.max_msg as u64)
+            })
+            .sum()
+    }
+}
+
+/// Messages between `head` and `tail`; 0 if the words say less.
+fn depth(tail: Word, head: Word) -> u64 {
+    tail.position().saturating_sub(head.position())
+}
+
+impl Queue for ShmRing {
+    fn tail(&self) -> SharedWord<'_> {
+        ShmRing::tail(self)
+    }
+
+    fn head(&self) -> SharedWord<'_> {
+        ShmRing::head(self)
+    }
+
+    fn byte_limited(&self) -> bool {
+        false
+    }
+
+    fn bytes(&self) -> u64 {
+        0
+    }
+
+    fn is_full(&self, depth: u64, _bytes: u64) -> bool {
+        depth >= self.cap
+    }
+
+    fn is_low(&self, depth: u64, _bytes: u64) -> bool {
+        depth <= self.layout.low_water as u64
+    }
+
+    fn fits(&self, depth: u64, _bytes: u64, _len: usize) -> bool {
+        depth < self.cap
+    }
+}
