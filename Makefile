@@ -83,8 +83,7 @@ include mk/build.mk mk/install.mk mk/tests.mk mk/bindings.mk mk/bench.mk mk/proo
 # --- Stages ------------------------------------------------------------------
 # A stage is a target stage-NAME defined in mk/; scripts/run-stages.sh runs
 # a list of them and prints the summary the CI reads. Each stage is in one
-# group; `make test` runs them all in this order: the quick Rust checks
-# first, then the builds the later stages share, then what uses them.
+# group; `make test` runs them all in the order of TEST_STAGES.
 STAGES_rust      := fmt clippy cargo-test doc rust-user
 STAGES_packaging := header header-std install installed-lib abi licenses man-pages \
                     cmake static-link debuginfo uninstall
@@ -95,10 +94,15 @@ STAGES_bench     := bench-smoke blocking-bench-smoke bench-peers-smoke
 STAGES_proofs    := loom stress-smoke leaks-smoke fuzz-corpus sanitize-smoke
 GROUPS           := rust c go python packaging bench proofs
 
+# The quick Rust checks first. loom then runs in the background (it builds
+# nothing the others use: a target dir of its own) beside the stages that
+# leave a core idle: the release build's serial tail, the C programs, the
+# packaging checks, the Python tests. The Go race tests and the benchmark
+# builds, which keep both cores busy, come last, once loom is done.
 TEST_STAGES := fmt clippy cargo-test doc rust-user loom header header-std install installed-lib abi \
-               c-tests c-static examples examples-run go bench-smoke licenses man-pages cmake \
-               static-link debuginfo uninstall blocking-bench-smoke bench-peers-smoke \
-               stress-smoke leaks-smoke fuzz-corpus sanitize-smoke python
+               c-tests c-static examples examples-run licenses man-pages cmake static-link \
+               debuginfo uninstall stress-smoke leaks-smoke fuzz-corpus sanitize-smoke python \
+               go bench-smoke blocking-bench-smoke bench-peers-smoke
 # The quick tier: what a contributor runs before each commit. go-unit is the
 # Go tests without -race (stage go runs them with it).
 CHECK_STAGES := fmt clippy cargo-test c-tests go-unit python
@@ -108,8 +112,7 @@ $(error TEST_STAGES and the groups disagree: $(sort $(TEST_STAGES)) / $(sort $(f
 endif
 ALL_STAGES := $(TEST_STAGES) go-unit
 
-# loom is long, uses a target dir of its own and nothing later needs it:
-# the stages after it run meanwhile (see scripts/run-stages.sh).
+# Started in their place but not waited for (see scripts/run-stages.sh).
 STAGES_BACKGROUND ?= loom
 RUN_STAGES = @STAGE_MARKS=$(BUILD)/stages STAGES_BACKGROUND="$(STAGES_BACKGROUND)" \
              scripts/run-stages.sh "$(MAKE)"
