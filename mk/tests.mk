@@ -81,7 +81,7 @@ header_std = @set -e; for std in $(2); do \
 	  $(1) -std=$$std -Wall -Wextra -Werror -pedantic $(call pc_test,--cflags) $(3) \
 	    $(BUILD)/header-std/use.c -o $(BUILD)/header-std/$$std $(call pc_test,--libs) $(RPATH_TEST); \
 	  $(BUILD)/header-std/$$std; echo "  ok    $$std"; done
-stage-header-std: $(TEST_STAMP) | need-cc need-cxx
+stage-header-std: $(TEST_STAMP) | need-cc need-cxx need-pkg-config
 	@mkdir -p $(BUILD)/header-std
 	@printf '#include <eventq.h>\nint main(void) { struct eventq_chan *c = 0; int rc = eventq_chan_new(0, &c); eventq_chan_free(c); return rc == 0 && eventq_version() == EVENTQ_VERSION ? 0 : 1; }\n' \
 	  > $(BUILD)/header-std/use.c

@@ -31,6 +31,7 @@ need abidw "install libabigail's tools (Debian: apt-get install abigail-tools)"
 need abidiff "install libabigail's tools (Debian: apt-get install abigail-tools)"
 need "$cc" "install a C compiler (apt-get install gcc)"
 need nm "apt-get install binutils"
+need perl "apt-get install perl"
 [ -f "$lib" ] || { echo "error: $lib is missing: build it first (make)" >&2; exit 1; }
 mkdir -p "$work"
 incdir=$(cd "$(dirname "$header")" && pwd)
