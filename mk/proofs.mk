@@ -3,8 +3,13 @@
 # sanitizers, fuzzing. The fault tests are tests/c/test_fault_*.c: stage
 # c-tests runs them with the other C tests.
 #
-#   make loom      tests/loom.rs: model checks of the channel's wake-up
-#                  protocol (also stage loom)
+#   make loom      tests/loom.rs, tests/loom_shared.rs: model checks of the
+#                  channel's wake-up protocol, in one process and between
+#                  two (also stage loom)
+#   make loom-mutations  scripts/loom-mutations.py: breaks one rule of the
+#                  protocol at a time and reruns every model; each mutation
+#                  must fail some model and every model must be failed by
+#                  some mutation (about 40 minutes on 2 cores)
 #   make stress    tests/stress/stress.c: 8 producers x 4 consumers, 10M
 #                  messages (0..4 KiB, checksummed, sequenced) through a
 #                  bare channel, 1M through a capacity-2 one, 10M through
@@ -64,13 +69,18 @@ SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-
 SANITIZE_ENV = CC="$(CC)" CARGO="$(CARGO)" BUILD="$(BUILD)" PREFIX="$(TEST_PREFIX)" \
                NATIVE_LIBS="$$(cat $(NATIVE_LIBS))" VALGRIND="$(VALGRIND)"
 
-.PHONY: loom stress leaks sanitize fuzz fuzz-merge fuzz-driver
+.PHONY: loom loom-mutations stress leaks sanitize fuzz fuzz-merge fuzz-driver
 
-# Stage: loom model checks of the channel's wake-up protocol (tests/loom.rs),
-# built with --cfg loom in a target dir of their own. Optimised: loom runs
-# the models' code many thousands of times, and a debug build is ~20x slower.
+# Stage: loom model checks of the channel's wake-up protocol (tests/loom.rs,
+# and between processes tests/loom_shared.rs), built with --cfg loom in a
+# target dir of their own. Optimised: loom runs the models' code many
+# thousands of times, and a debug build is ~20x slower.
 stage-loom loom: | need-cargo
-	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(CARGO_TARGET_DIR)/loom $(CARGO) test --release --test loom
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(CARGO_TARGET_DIR)/loom \
+	  $(CARGO) test --release --test loom --test loom_shared
+
+loom-mutations: | need-cargo need-python3
+	CARGO="$(CARGO)" LOOM_MUTANTS_DIR=$(CURDIR)/$(BUILD)/loom-mutants $(PYTHON3) scripts/loom-mutations.py
 
 $(STRESS_BIN) $(LEAKS_BIN): $(BUILD)/stress/%: tests/stress/%.c $(TEST_STAMP) | need-cc need-pkg-config
 	$(call cc_test,$(STATIC_EVENTQ))

@@ -106,18 +106,19 @@ impl Chan {
     /// Counts a consumer in: a waiter on the receive fd, which will hand
     /// its wake-up on when it leaves ([`Consumer`]).
     pub fn consumer(&self) -> Consumer {
-        self.consumers().fetch_add(1, Ordering::SeqCst);
+        self.consumer_enter();
         Consumer { chan: self.clone() }
     }
 
-    /// Counts a consumer in, for a caller that cannot hold a [`Consumer`]
-    /// (the C ABI); `consumer_leave` counts it out.
+    /// Counts a consumer in (a [`Consumer`], a loop source, or a C
+    /// caller's); `consumer_leave` counts it out.
     pub(crate) fn consumer_enter(&self) {
         self.consumers().fetch_add(1, Ordering::SeqCst);
     }
 
-    /// Counts out a consumer counted in by `consumer_enter`, as dropping a
-    /// [`Consumer`] does; false if none is counted.
+    /// Counts out a consumer counted in by `consumer_enter`; if it leaves
+    /// messages and another consumer remains, wakes one. False if none is
+    /// counted.
     pub(crate) fn consumer_leave(&self) -> bool {
         let left = self
             .consumers()
@@ -163,14 +164,6 @@ impl Chan {
             Inner::Process(p) => p.pass_on_pending(),
         }
     }
-
-    /// Counts a consumer out; if it leaves messages and another consumer
-    /// remains, wakes one.
-    fn leave(&self) {
-        if self.consumers().fetch_sub(1, Ordering::SeqCst) > 1 {
-            self.pass_on_pending();
-        }
-    }
 }
 
 /// A consumer of a channel, counted in until dropped (D4). Consumers that
@@ -208,7 +201,7 @@ impl Consumer {
 
 impl Drop for Consumer {
     fn drop(&mut self) {
-        self.chan.leave();
+        self.chan.consumer_leave();
     }
 }
 
@@ -231,7 +224,7 @@ impl LoopConsumer {
     /// Counts this consumer in: its source is registered.
     pub(crate) fn enlist(&self) {
         if !self.enlisted.swap(true, Ordering::SeqCst) {
-            self.chan.consumers().fetch_add(1, Ordering::SeqCst);
+            self.chan.consumer_enter();
         }
     }
 
@@ -245,7 +238,7 @@ impl LoopConsumer {
 impl Drop for LoopConsumer {
     fn drop(&mut self) {
         if self.enlisted.load(Ordering::SeqCst) {
-            self.chan.leave();
+            self.chan.consumer_leave();
         }
     }
 }
