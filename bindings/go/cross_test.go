@@ -56,7 +56,7 @@ func TestCrossCProducersToGoConsumers(t *testing.T) {
 	goN(4, func(i int) {
 		v := tr.consumer()
 		if i%2 == 0 {
-			drain(t, c, v)
+			drain(context.Background(), t, c, v)
 			return
 		}
 		drainBatches(context.Background(), t, c, v, 64)

@@ -174,8 +174,8 @@ func newChan(tb testing.TB, opts ...eventq.Option) *eventq.Chan {
 }
 
 // drain receives everything until end of stream into the consumer view.
-func drain(tb testing.TB, c *eventq.Chan, v *consumer) {
-	msgs, errf := c.All(context.Background())
+func drain(ctx context.Context, tb testing.TB, c *eventq.Chan, v *consumer) {
+	msgs, errf := c.All(ctx)
 	for msg := range msgs {
 		v.add(msg)
 	}
