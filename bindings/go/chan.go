@@ -143,7 +143,9 @@ var liveChans atomic.Int64
 // such a message keeps its buffer for reuse (up to 64 KiB). Each goroutine
 // waiting in Send or Recv holds one more fd, a dup of the send or receive
 // eventfd; up to 16 idle ones per direction stay open for reuse until
-// Release.
+// Release. A process-shared channel (NewSharedChan) differs: its slots are
+// a memfd of about capacity times the message limit, and its receive and
+// send fds are epoll fds made with it.
 type Chan struct {
 	ptr    *C.eventq_chan
 	handle C.uintptr_t // ptr as an integer, for the eq_* wrappers
@@ -194,7 +196,7 @@ type options struct {
 	lowWaterSet                          bool
 }
 
-// Option configures NewChan.
+// Option configures NewChan and NewSharedChan.
 type Option func(*options)
 
 // WithCapacity sets the most messages queued at once (default 1024; at
@@ -207,7 +209,8 @@ func WithCapacity(n int) Option { return func(o *options) { o.capacity = n } }
 func WithMaxBytes(n int) Option { return func(o *options) { o.maxBytes = n } }
 
 // WithMaxMessageSize sets the longest message accepted (default 1 MiB, or
-// the byte limit if smaller); longer sends fail with ErrTooLarge.
+// the byte limit if smaller; 4096 for NewSharedChan); longer sends fail
+// with ErrTooLarge.
 func WithMaxMessageSize(n int) Option { return func(o *options) { o.maxMsg = n } }
 
 // WithLowWater sets the queue depth at or below which the send side is
@@ -404,7 +407,9 @@ func (c *Chan) Stats() (Stats, error) {
 // would close it; use RecvFile for an *os.File). It is -1 once this handle
 // is released: the number may already be closed or reused by then. Use it
 // only while this handle is not released (RecvFile's dup has no such
-// limit).
+// limit). Of a process-shared channel (NewSharedChan) it is an epoll fd,
+// readable also once the other process is gone; the kernel refuses
+// EPOLLEXCLUSIVE on it.
 func (c *Chan) RecvFd() int {
 	if c.ref.closed() {
 		return -1

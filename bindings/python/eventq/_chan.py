@@ -261,6 +261,10 @@ class Chan:
     `close()` closes the channel for every handle (D6); `release()` frees
     this handle only. Used as a context manager, a handle is closed and
     released on exit. A handle is safe to use from many threads at once.
+
+    `Chan.new_shared()` makes a channel shared with one other process
+    (`send_to()`/`recv_from()` over a Unix socket, `export_fds()`/
+    `import_fds()` for a child).
     """
 
     __slots__ = ("_p", "_recv_fd", "_send_fd", "_stash", "_final", "__weakref__")
