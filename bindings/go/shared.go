@@ -103,7 +103,8 @@ func (c *Chan) Side() Side {
 // once the process that held it is gone (the successor then finds what
 // the gone one had not taken still queued); ErrAttached otherwise. A
 // channel that is not process-shared gives an error wrapping
-// syscall.EINVAL.
+// syscall.EINVAL; a socket whose other end is closed one wrapping
+// syscall.EPIPE (not ErrClosed: the channel is fine).
 //
 // The socket is reached through conn.SyscallConn, not conn.File: conn
 // stays non-blocking and in the netpoller, and a full socket buffer waits
@@ -126,6 +127,11 @@ func (c *Chan) SendTo(conn *net.UnixConn) error {
 		return rc != eagain
 	}); err != nil {
 		return err
+	}
+	if rc == -C.int(syscall.EPIPE) {
+		// The socket's other end is gone (not the channel: ErrClosed
+		// would say that).
+		return os.NewSyscallError("sendmsg", syscall.EPIPE)
 	}
 	return chanErr(rc)
 }

@@ -416,6 +416,15 @@ func TestSharedSidesAndErrors(t *testing.T) {
 	if err := local.SendTo(a); !errors.Is(err, syscall.EINVAL) {
 		t.Errorf("SendTo of an in-process channel: %v", err)
 	}
+	lone, gone := unixPair(t)
+	gone.Close()
+	if made, err := eventq.NewSharedChan(eventq.SideSend); err != nil {
+		t.Fatal(err)
+	} else if err := made.SendTo(lone); !errors.Is(err, syscall.EPIPE) || errors.Is(err, eventq.ErrClosed) {
+		t.Errorf("SendTo a socket whose other end is closed: %v", err)
+	} else {
+		made.Release()
+	}
 	if _, err := local.ExportFiles(); !errors.Is(err, syscall.EINVAL) {
 		t.Errorf("ExportFiles of an in-process channel: %v", err)
 	}

@@ -791,9 +791,13 @@ class Chan:
         handover, or once the one that held it is gone (the successor then
         finds what it had not taken still queued); Attached otherwise.
         InvalidArgument for a channel that is not process-shared;
-        WouldBlock if the socket is non-blocking and full.
+        WouldBlock if the socket is non-blocking and full; a plain
+        BrokenPipeError (not Closed: the channel is fine) if its other end
+        is closed.
         """
         rc = lib.eventq_chan_send_to(self._handle(), _fileno(sock))
+        if rc == -_errno.EPIPE:  # the socket's peer, not the channel (Closed would say that)
+            raise BrokenPipeError(_errno.EPIPE, "send_to: the socket's other end is closed")
         if rc < 0:
             raise error_for(rc, "send_to")
 

@@ -222,6 +222,12 @@ def test_sides_and_errors() -> None:
                 local.send_to(a)
         with pytest.raises(eventq.InvalidArgument):
             local.export_fds()
+    with eventq.Chan.new_shared(4, side=eventq.Side.SEND) as made:
+        a, b = socket.socketpair()
+        b.close()
+        with a, pytest.raises(BrokenPipeError) as pipe:
+            made.send_to(a)
+        assert not isinstance(pipe.value, eventq.Closed)
     tx, rx = pair(eventq.Side.SEND, capacity=4)
     assert (tx.side, rx.side) == (eventq.Side.SEND, eventq.Side.RECV)
     assert str(tx.side) == "send" and "side=recv" in repr(rx)
