@@ -304,6 +304,15 @@ func (c *Chan) free() {
 
 // Clone returns a new handle to the same channel, released separately.
 func (c *Chan) Clone() (*Chan, error) {
+	p, err := c.clonePtr()
+	if err != nil {
+		return nil, err
+	}
+	return wrapChan(p), nil
+}
+
+// clonePtr returns a new C handle to the channel.
+func (c *Chan) clonePtr() (*C.eventq_chan, error) {
 	if !c.use(refOther) {
 		return nil, ErrReleased
 	}
@@ -312,7 +321,7 @@ func (c *Chan) Clone() (*Chan, error) {
 	if p == nil {
 		return nil, syscall.ENOMEM
 	}
-	return wrapChan(p), nil
+	return p, nil
 }
 
 // CloneC returns a new C handle (an eventq_chan*) to the same channel, for

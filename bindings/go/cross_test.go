@@ -128,27 +128,18 @@ func TestCrossCProducerProcessToGo(t *testing.T) {
 	for _, tc := range []struct{ mode, end string }{{"send-to", "close"}, {"recv-from", "exit"}} {
 		t.Run(tc.mode, func(t *testing.T) {
 			ctx := watchdog(t)
-			mine, theirs := unixPair(t)
+			c, mine := startWithSocket(t, exec.CommandContext(ctx, bin, tc.mode, "3", strconv.Itoa(per), tc.end))
 			var rx *eventq.Chan
+			var err error
 			if tc.mode == "recv-from" {
-				var err error
-				if rx, err = eventq.NewSharedChan(eventq.SideRecv, eventq.WithCapacity(64)); err != nil {
-					t.Fatal(err)
-				}
-				if err := rx.SendTo(mine); err != nil {
-					t.Fatal(err)
-				}
+				rx = newSharedChan(t, eventq.SideRecv, eventq.WithCapacity(64))
+				err = rx.SendTo(mine)
+			} else if rx, err = eventq.RecvChanFrom(mine); err == nil {
+				defer rx.Release()
 			}
-			cmd := exec.CommandContext(ctx, bin, tc.mode, "3", strconv.Itoa(per), tc.end)
-			cmd.ExtraFiles = []*os.File{theirs}
-			c := startChild(t, cmd, theirs)
-			if rx == nil {
-				var err error
-				if rx, err = eventq.RecvChanFrom(mine); err != nil {
-					t.Fatal(err)
-				}
+			if err != nil {
+				t.Fatal(err)
 			}
-			defer rx.Release()
 			if rx.Side() != eventq.SideRecv {
 				t.Fatalf("Side() = %v", rx.Side())
 			}

@@ -374,13 +374,9 @@ type Consumer struct {
 // The Consumer holds its own reference to the channel until Leave (a
 // finalizer leaves for a forgotten one, as a backstop).
 func (c *Chan) Consumer() (*Consumer, error) {
-	if !c.use(refOther) {
-		return nil, ErrReleased
-	}
-	defer c.done(refOther)
-	p := C.eventq_chan_clone(c.ptr)
-	if p == nil {
-		return nil, syscall.ENOMEM
+	p, err := c.clonePtr()
+	if err != nil {
+		return nil, err
 	}
 	if rc := C.eventq_chan_consumer_enter(p); rc < 0 {
 		C.eventq_chan_free(p)

@@ -185,13 +185,33 @@ func startChild(t *testing.T, cmd *exec.Cmd, files ...io.Closer) *child {
 	return c
 }
 
-// testChild starts this test binary again as the child with role (see
-// TestSharedChild); setup adds its files before it starts.
-func testChild(ctx context.Context, t *testing.T, role string, setup func(*exec.Cmd), files ...io.Closer) *child {
+// testCmd is this test binary run again as the child with role (see
+// TestSharedChild), killed at ctx's deadline.
+func testCmd(ctx context.Context, role string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestSharedChild$", "-test.count=1")
 	cmd.Env = append(os.Environ(), childEnv+"="+role)
-	setup(cmd)
-	return startChild(t, cmd, files...)
+	return cmd
+}
+
+// startWithSocket starts cmd with one end of a new socket pair at fd 3,
+// and returns the child and this process's end.
+func startWithSocket(t *testing.T, cmd *exec.Cmd) (*child, *net.UnixConn) {
+	t.Helper()
+	mine, theirs := unixPair(t)
+	cmd.ExtraFiles = []*os.File{theirs}
+	return startChild(t, cmd, theirs), mine
+}
+
+// startWithEnd starts cmd inheriting the other end of ch (ExportFiles,
+// PassTo as EVENTQ_TEST_CHAN).
+func startWithEnd(t *testing.T, ch *eventq.Chan, cmd *exec.Cmd) *child {
+	t.Helper()
+	files, err := ch.ExportFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files.PassTo(cmd, chanEnv)
+	return startChild(t, cmd, files)
 }
 
 // expect reads the child's next line, which must be want.
@@ -246,17 +266,8 @@ func receiveAll(ctx context.Context, t *testing.T, rx *eventq.Chan, per uint64) 
 func TestSharedHandoverOverSocket(t *testing.T) {
 	const per = 5000
 	ctx := watchdog(t)
-	rx, err := eventq.NewSharedChan(eventq.SideRecv, eventq.WithCapacity(32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rx.Release()
-	if rx.Side() != eventq.SideRecv {
-		t.Fatalf("Side() = %v", rx.Side())
-	}
-	mine, theirs := unixPair(t)
-	c := testChild(ctx, t, fmt.Sprintf("send socket %d close", per),
-		func(cmd *exec.Cmd) { cmd.ExtraFiles = []*os.File{theirs} }, theirs)
+	rx := newSharedChan(t, eventq.SideRecv, eventq.WithCapacity(32))
+	c, mine := startWithSocket(t, testCmd(ctx, fmt.Sprintf("send socket %d close", per)))
 	if err := rx.SendTo(mine); err != nil {
 		t.Fatal(err)
 	}
@@ -270,20 +281,8 @@ func TestSharedHandoverOverSocket(t *testing.T) {
 func TestSharedEndOfStreamWhenSenderKilled(t *testing.T) {
 	const per = 100
 	ctx := watchdog(t)
-	rx, err := eventq.NewSharedChan(eventq.SideRecv, eventq.WithCapacity(16))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rx.Release()
-	files, err := rx.ExportFiles()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if files.Side != eventq.SideSend {
-		t.Fatalf("exported side %v", files.Side)
-	}
-	c := testChild(ctx, t, fmt.Sprintf("send env %d hang", per),
-		func(cmd *exec.Cmd) { files.PassTo(cmd, chanEnv) }, files)
+	rx := newSharedChan(t, eventq.SideRecv, eventq.WithCapacity(16))
+	c := startWithEnd(t, rx, testCmd(ctx, fmt.Sprintf("send env %d hang", per)))
 	next := [2]uint64{}
 	for range 2 * per {
 		msg, err := rx.Recv(ctx)
@@ -323,16 +322,8 @@ func TestSharedEndOfStreamWhenSenderKilled(t *testing.T) {
 func TestSharedSendFailsWhenReceiverKilled(t *testing.T) {
 	const capacity = 8
 	ctx := watchdog(t)
-	tx, err := eventq.NewSharedChan(eventq.SideSend, eventq.WithCapacity(capacity))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Release()
-	files, err := tx.ExportFiles()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := testChild(ctx, t, "recv env", func(cmd *exec.Cmd) { files.PassTo(cmd, chanEnv) }, files)
+	tx := newSharedChan(t, eventq.SideSend, eventq.WithCapacity(capacity))
+	c := startWithEnd(t, tx, testCmd(ctx, "recv env"))
 	if err := tx.Send(ctx, makeMsg(0, 0)); err != nil {
 		t.Fatal(err)
 	}
@@ -351,21 +342,7 @@ func TestSharedSendFailsWhenReceiverKilled(t *testing.T) {
 		t.Fatalf("%d sends succeeded after the death, want %d (the room left)", seq-1, capacity)
 	}
 
-	a, b := unixPair(t)
-	bc, err := net.FileConn(b)
-	b.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bc.Close()
-	if err := tx.SendTo(a); err != nil {
-		t.Fatalf("SendTo a successor: %v", err)
-	}
-	rx, err := eventq.RecvChanFrom(bc.(*net.UnixConn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rx.Release()
+	rx := takeOver(t, tx)
 	for want := uint64(1); want <= capacity; want++ {
 		msg, err := rx.TryRecv()
 		if _, got, ok := checkMsg(msg); err != nil || !ok || got != want {
@@ -374,16 +351,10 @@ func TestSharedSendFailsWhenReceiverKilled(t *testing.T) {
 	}
 }
 
-// sharedPair makes a shared channel with side made here and takes its
-// other end over a socket pair in this same process (two mappings of one
-// memfd, as two processes would have).
-func sharedPair(t *testing.T, made eventq.Side, opts ...eventq.Option) (mine, other *eventq.Chan) {
+// takeOver takes the other end of ch over a socket pair in this same
+// process (two mappings of one memfd, as two processes would have).
+func takeOver(t *testing.T, ch *eventq.Chan) *eventq.Chan {
 	t.Helper()
-	mine, err := eventq.NewSharedChan(made, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { mine.Release() })
 	a, b := unixPair(t)
 	bc, err := net.FileConn(b)
 	b.Close()
@@ -391,14 +362,22 @@ func sharedPair(t *testing.T, made eventq.Side, opts ...eventq.Option) (mine, ot
 		t.Fatal(err)
 	}
 	defer bc.Close()
-	if err := mine.SendTo(a); err != nil {
+	if err := ch.SendTo(a); err != nil {
 		t.Fatal(err)
 	}
-	if other, err = eventq.RecvChanFrom(bc.(*net.UnixConn)); err != nil {
+	other, err := eventq.RecvChanFrom(bc.(*net.UnixConn))
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { other.Release() })
-	return mine, other
+	return other
+}
+
+// sharedPair is a shared channel with side made here, and its other end.
+func sharedPair(t *testing.T, made eventq.Side, opts ...eventq.Option) (mine, other *eventq.Chan) {
+	t.Helper()
+	mine = newSharedChan(t, made, opts...)
+	return mine, takeOver(t, mine)
 }
 
 func TestSharedSidesAndErrors(t *testing.T) {
@@ -418,12 +397,9 @@ func TestSharedSidesAndErrors(t *testing.T) {
 	}
 	lone, gone := unixPair(t)
 	gone.Close()
-	if made, err := eventq.NewSharedChan(eventq.SideSend); err != nil {
-		t.Fatal(err)
-	} else if err := made.SendTo(lone); !errors.Is(err, syscall.EPIPE) || errors.Is(err, eventq.ErrClosed) {
+	made := newSharedChan(t, eventq.SideSend)
+	if err := made.SendTo(lone); !errors.Is(err, syscall.EPIPE) || errors.Is(err, eventq.ErrClosed) {
 		t.Errorf("SendTo a socket whose other end is closed: %v", err)
-	} else {
-		made.Release()
 	}
 	if _, err := local.ExportFiles(); !errors.Is(err, syscall.EINVAL) {
 		t.Errorf("ExportFiles of an in-process channel: %v", err)
@@ -481,14 +457,10 @@ func TestSharedHandoverChecks(t *testing.T) {
 	}
 
 	// Exported files, taken in this process; ImportFiles closes them.
-	tx, err := eventq.NewSharedChan(eventq.SideSend)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Release()
+	tx := newSharedChan(t, eventq.SideSend)
 	files, err := tx.ExportFiles()
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || files.Side != eventq.SideRecv {
+		t.Fatalf("ExportFiles: side %v, %v", files.Side, err)
 	}
 	rx, err := eventq.ImportFiles(files)
 	if err != nil {
@@ -615,13 +587,8 @@ func TestSharedConsumerLeaveHandsOn(t *testing.T) {
 			t.Fatalf("in one process: %d received, want 10", got)
 		}
 	}
-	rx, err := eventq.NewSharedChan(eventq.SideRecv, eventq.WithCapacity(64))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rx.Release()
-	mine, theirs := unixPair(t)
-	c := testChild(ctx, t, "send socket 5 hang", func(cmd *exec.Cmd) { cmd.ExtraFiles = []*os.File{theirs} }, theirs)
+	rx := newSharedChan(t, eventq.SideRecv, eventq.WithCapacity(64))
+	c, mine := startWithSocket(t, testCmd(ctx, "send socket 5 hang"))
 	got := leaverHandsOn(ctx, t, rx, false, func() {
 		// The child waits for its end, then sends.
 		if err := rx.SendTo(mine); err != nil {
