@@ -158,8 +158,9 @@ type child struct {
 	stderr bytes.Buffer
 }
 
-// startChild runs cmd (killed at ctx's deadline) after setup has given it
-// its files; then closes this process's copies of them (files).
+// startChild starts cmd, to which the caller gave its files, then closes
+// this process's copies of them (files). The child is killed at cleanup,
+// if it still runs.
 func startChild(t *testing.T, cmd *exec.Cmd, files ...io.Closer) *child {
 	t.Helper()
 	c := &child{cmd: cmd}
@@ -218,6 +219,8 @@ func startWithEnd(t *testing.T, ch *eventq.Chan, cmd *exec.Cmd) *child {
 func (c *child) expect(t *testing.T, want string) {
 	t.Helper()
 	if !c.out.Scan() || c.out.Text() != want {
+		c.cmd.Process.Kill()
+		c.cmd.Wait() // stderr is complete once Wait returns
 		t.Fatalf("child said %q (%v), want %q; stderr: %s", c.out.Text(), c.out.Err(), want, c.stderr.String())
 	}
 }

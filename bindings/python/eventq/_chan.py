@@ -850,9 +850,11 @@ class Chan:
         exported: the SharedFds, or their `str()` (in a child that inherited
         them with pass_fds, where the numbers are the same). The fds are
         made non-inheritable (a program this one runs does not hold the
-        channel) and taken over: owned by the new Chan, or closed if this
-        raises. They are checked as recv_from() checks what it receives
-        (BrokenProtocol). InvalidArgument for a string not of the form.
+        channel) and taken over: owned by the new Chan, or closed if the
+        library refuses them. They are checked as recv_from() checks what it
+        receives (BrokenProtocol). A string not of the form raises
+        InvalidArgument and takes nothing; SharedFds already closed or
+        imported, ValueError.
         """
         if isinstance(fds, str):
             fds = SharedFds.parse(fds)

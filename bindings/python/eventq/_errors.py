@@ -4,7 +4,8 @@
 Every class derives from OSError through Error, so `errno` and `strerror`
 are set (strerror is libeventq's own text, from eventq_strerror), and the
 builtin bases (BrokenPipeError, TimeoutError, BlockingIOError, ValueError,
-PermissionError) let code that knows nothing of eventq catch them the usual way.
+PermissionError) let code that knows nothing of eventq catch them the usual
+way.
 """
 
 from __future__ import annotations
