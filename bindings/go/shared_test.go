@@ -300,18 +300,12 @@ func TestSharedEndOfStreamWhenSenderKilled(t *testing.T) {
 	}
 	c.expect(t, "sent")
 
-	parked := make(chan struct{})
-	var once sync.Once
-	eventq.SetParkHook(rx, func(send bool) { once.Do(func() { close(parked) }) })
-	defer eventq.SetParkHook(rx, nil)
-	done := make(chan error, 1)
-	go func() {
+	result := whenParked(t, rx, false, func() error {
 		_, err := rx.Recv(ctx)
-		done <- err
-	}()
-	<-parked
+		return err
+	})
 	c.kill(t)
-	if err := <-done; !errors.Is(err, eventq.ErrClosed) {
+	if err := result(); !errors.Is(err, eventq.ErrClosed) {
 		t.Fatalf("Recv after the sender died: %v, want end of stream", err)
 	}
 	if _, err := rx.TryRecv(); !errors.Is(err, eventq.ErrClosed) {
@@ -319,9 +313,11 @@ func TestSharedEndOfStreamWhenSenderKilled(t *testing.T) {
 	}
 }
 
-// The receiving child takes one message and is killed: once the ring is
-// full again a Send returns ErrClosed instead of waiting, and the end
-// handed to a successor holds every message the dead one had not taken.
+// The receiving child takes one message; the ring is filled again, and a
+// Send parked in the netpoller on the full ring wakes with ErrClosed when
+// the child is SIGKILLed, instead of waiting for ever. The end handed to a
+// successor holds every message the dead one had not taken, and not the
+// refused one.
 func TestSharedSendFailsWhenReceiverKilled(t *testing.T) {
 	const capacity = 8
 	ctx := watchdog(t)
@@ -331,18 +327,15 @@ func TestSharedSendFailsWhenReceiverKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.expect(t, "got")
-	c.kill(t)
-	seq := uint64(1)
-	for ; ; seq++ {
-		if err := tx.Send(ctx, makeMsg(0, seq)); err != nil {
-			if !errors.Is(err, eventq.ErrClosed) {
-				t.Fatalf("Send to a full ring of a dead receiver: %v", err)
-			}
-			break
+	for seq := uint64(1); seq <= capacity; seq++ {
+		if err := tx.TrySend(makeMsg(0, seq)); err != nil {
+			t.Fatalf("send %d into the room the child made: %v", seq, err)
 		}
 	}
-	if seq != 1+capacity {
-		t.Fatalf("%d sends succeeded after the death, want %d (the room left)", seq-1, capacity)
+	result := whenParked(t, tx, true, func() error { return tx.Send(ctx, makeMsg(0, capacity+1)) })
+	c.kill(t)
+	if err := result(); !errors.Is(err, eventq.ErrClosed) {
+		t.Fatalf("Send on the full ring of a dead receiver: %v, want ErrClosed", err)
 	}
 
 	rx := takeOver(t, tx)
@@ -352,6 +345,27 @@ func TestSharedSendFailsWhenReceiverKilled(t *testing.T) {
 			t.Fatalf("successor: (%d, %v, %v), want seq %d", got, ok, err, want)
 		}
 	}
+	if _, err := rx.TryRecv(); !errors.Is(err, eventq.ErrWouldBlock) {
+		t.Fatalf("successor, after the rest: %v, want ErrWouldBlock", err)
+	}
+}
+
+// whenParked runs call, a Send (send) or a Recv on ch, in a goroutine,
+// and returns once it is parked in the netpoller; the function it returns
+// waits for call's error.
+func whenParked(t *testing.T, ch *eventq.Chan, send bool, call func() error) (result func() error) {
+	parked := make(chan struct{})
+	var once sync.Once
+	eventq.SetParkHook(ch, func(s bool) {
+		if s == send {
+			once.Do(func() { close(parked) })
+		}
+	})
+	t.Cleanup(func() { eventq.SetParkHook(ch, nil) })
+	done := make(chan error, 1)
+	go func() { done <- call() }()
+	<-parked
+	return func() error { return <-done }
 }
 
 // takeOver takes the other end of ch over a socket pair in this same

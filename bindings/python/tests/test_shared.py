@@ -156,19 +156,29 @@ def test_a_send_stops_waiting_when_the_receiver_is_killed(children: Any) -> None
         child = children(python_child("recv", "env"), pass_fds=fds.fds, env={"EVENTQ_TEST_CHAN": str(fds)})
     tx.send(encode(0, 0))
     child.expect("got")
+    for seq in range(1, capacity + 1):
+        tx.send(encode(0, seq), timeout=0)  # the room the child made
+    # A thread blocked in the library's send and the main thread waiting in
+    # poll() on the full ring: both stop waiting with Closed once the child
+    # is gone.
+    result: list[Any] = []
+    waiter = threading.Thread(
+        target=lambda: result.append(pytest.raises(eventq.Closed, tx.send, b"refused", timeout=WATCHDOG))
+    )
+    waiter.start()
     child.kill()
-    sent = 0
     with pytest.raises(eventq.Closed):
-        while True:
-            tx.send(encode(0, 1 + sent), timeout=WATCHDOG)
-            sent += 1
-    assert sent == capacity, "the sends after the death fill the room left, then stop waiting"
+        tx.send(b"refused too", timeout=WATCHDOG)
+    waiter.join()
+    assert result, "the blocked send did not end with Closed"
     # The end goes to a successor, with what the dead one had not taken.
     a, b = socket.socketpair()
     with a, b:
         tx.send_to(a)
         rx = eventq.Chan.recv_from(b, timeout=WATCHDOG)
     assert [rx.recv(timeout=0) for _ in range(capacity)] == [encode(0, 1 + i) for i in range(capacity)]
+    with pytest.raises(eventq.WouldBlock):
+        rx.recv(timeout=0)
     tx.release()
     rx.release()
 
