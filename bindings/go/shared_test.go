@@ -148,6 +148,19 @@ func unixPair(t *testing.T) (*net.UnixConn, *os.File) {
 	return conn.(*net.UnixConn), os.NewFile(uintptr(fds[1]), "eventq-test-sock")
 }
 
+// connPair is unixPair with both ends in this process, as conns.
+func connPair(t *testing.T) (*net.UnixConn, *net.UnixConn) {
+	t.Helper()
+	mine, theirs := unixPair(t)
+	other, err := net.FileConn(theirs)
+	theirs.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	return mine, other.(*net.UnixConn)
+}
+
 // child is a process of the tests: its stdout read line by line, its
 // stdin held open (a "hang" child waits on it), its stderr kept for the
 // failure message.
@@ -372,17 +385,11 @@ func whenParked(t *testing.T, ch *eventq.Chan, send bool, call func() error) (re
 // process (two mappings of one memfd, as two processes would have).
 func takeOver(t *testing.T, ch *eventq.Chan) *eventq.Chan {
 	t.Helper()
-	a, b := unixPair(t)
-	bc, err := net.FileConn(b)
-	b.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bc.Close()
+	a, b := connPair(t)
 	if err := ch.SendTo(a); err != nil {
 		t.Fatal(err)
 	}
-	other, err := eventq.RecvChanFrom(bc.(*net.UnixConn))
+	other, err := eventq.RecvChanFrom(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,13 +458,7 @@ func TestSharedSidesAndErrors(t *testing.T) {
 
 // What RecvChanFrom, ImportFiles and ImportEnv are given is checked.
 func TestSharedHandoverChecks(t *testing.T) {
-	mine, theirs := unixPair(t)
-	other, err := net.FileConn(theirs)
-	theirs.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	mine, other := connPair(t)
 	// Nothing sent yet: the wait ends at the read deadline, in the
 	// netpoller (the socket stays non-blocking).
 	mine.SetReadDeadline(time.Now())
