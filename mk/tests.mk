@@ -13,7 +13,7 @@ EXAMPLE_BINS   := $(patsubst examples-c/%.c,$(BUILD)/examples/%,$(EXAMPLES))
 # The C block of README.md, compiled and run so the README cannot rot.
 README_EXAMPLE := $(BUILD)/examples/readme
 # Examples that `make test` also runs (names without .c); each must exit 0.
-EXAMPLES_RUN   ?= quickstart seed_demo $(if $(wildcard examples-c/loop.c),loop) readme
+EXAMPLES_RUN   ?= quickstart seed_demo $(if $(wildcard examples-c/loop.c),loop) processes readme
 DEMO           := seed_demo
 DEMO_ARGS      ?=
 # libeventq.a with its native libraries, through the test install's
