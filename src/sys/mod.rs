@@ -31,7 +31,11 @@ pub(crate) fn set_cloexec(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     let flags = syscall!(fcntl(fd.as_raw_fd(), libc::F_GETFD))?;
     if flags & libc::FD_CLOEXEC == 0 {
-        syscall!(fcntl(fd.as_raw_fd(), libc::F_SETFD, flags | libc::FD_CLOEXEC))?;
+        syscall!(fcntl(
+            fd.as_raw_fd(),
+            libc::F_SETFD,
+            flags | libc::FD_CLOEXEC
+        ))?;
     }
     Ok(())
 }

@@ -532,9 +532,11 @@ impl Channel {
         )
     }
 
-    /// The other process died (what its link hanging up says).
+    /// The other process died (what its link hanging up says), and this
+    /// one sees it now (as its next refused call would).
     pub(in crate::chan) fn model_peer_died(&self) {
         self.peer_gone.store(true, Ordering::SeqCst);
+        self.peer_gone();
     }
 
     /// What the doorbells are (the model's "readable").
@@ -547,9 +549,14 @@ impl Channel {
     }
 
     /// A process that dies in the middle of a settle: it flipped the
-    /// receive doorbell's flag to raised and never wrote the eventfd.
-    pub(in crate::chan) fn model_flip_recv_flag(&self) {
-        self.ring.tail().set(TAIL_RECV_RAISED);
+    /// receive doorbell's flag (to raised, or to lowered) and never made
+    /// the syscall.
+    pub(in crate::chan) fn model_flip_recv_flag(&self, raised: bool) {
+        if raised {
+            self.ring.tail().set(TAIL_RECV_RAISED);
+        } else {
+            self.ring.tail().clear(TAIL_RECV_RAISED);
+        }
     }
 
     /// A process that dies holding the doorbell lock.
