@@ -1312,8 +1312,10 @@ int eventq_chan_export_fds(const struct eventq_chan *chan,
  * Takes an end of a process-shared channel from the fds in `*fds`, `size`
  * bytes long (pass `sizeof *fds`), as `eventq_chan_export_fds` wrote them
  * in another process, and writes a handle to it to `*out`. The four fds
- * are the library's from the call on, on every path: owned by the handle,
- * or closed if the call fails. They are checked as `eventq_chan_recv_from`
+ * are the library's from the call on, on every path once `fds` and `size`
+ * are valid (-EINVAL for NULL or a size below EVENTQ_SHARED_FDS_SIZE_MIN,
+ * which leave them alone): owned by the handle, or closed if the call
+ * fails. They are checked as `eventq_chan_recv_from`
  * checks what it receives (-EPROTO).
  *
  * Thread safety: any thread.

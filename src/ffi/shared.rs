@@ -199,8 +199,10 @@ pub extern "C" fn eventq_chan_export_fds(
 /// Takes an end of a process-shared channel from the fds in `*fds`, `size`
 /// bytes long (pass `sizeof *fds`), as `eventq_chan_export_fds` wrote them
 /// in another process, and writes a handle to it to `*out`. The four fds
-/// are the library's from the call on, on every path: owned by the handle,
-/// or closed if the call fails. They are checked as `eventq_chan_recv_from`
+/// are the library's from the call on, on every path once `fds` and `size`
+/// are valid (-EINVAL for NULL or a size below EVENTQ_SHARED_FDS_SIZE_MIN,
+/// which leave them alone): owned by the handle, or closed if the call
+/// fails. They are checked as `eventq_chan_recv_from`
 /// checks what it receives (-EPROTO).
 ///
 /// Thread safety: any thread.
@@ -211,17 +213,27 @@ pub extern "C" fn eventq_chan_import_fds(
     out: *mut *mut eventq_chan,
 ) -> c_int {
     boundary!(PANIC, {
-        ensure!(!fds.is_null());
-        let mut raw = eventq_shared_fds {
+        ensure!(!fds.is_null() && size >= EVENTQ_SHARED_FDS_SIZE_MIN);
+        let empty = || eventq_shared_fds {
             side: 0,
             mem: -1,
             recv_bell: -1,
             send_bell: -1,
             link: -1,
         };
-        // SAFETY: fds points to `size` readable bytes (header); its fields
-        // are ints, which take any bytes.
-        try_c!(unsafe { read_sized(fds, size, EVENTQ_SHARED_FDS_SIZE_MIN, &mut raw) });
+        // The known fields first, so that the fds are closed on every
+        // failure below, -E2BIG included.
+        let mut raw = empty();
+        // SAFETY: fds points to `size` (at least the minimum) readable
+        // bytes (header); its fields are ints, which take any bytes.
+        try_c!(unsafe {
+            read_sized(
+                fds,
+                EVENTQ_SHARED_FDS_SIZE_MIN,
+                EVENTQ_SHARED_FDS_SIZE_MIN,
+                &mut raw,
+            )
+        });
         let owned = |fd: c_int| {
             // SAFETY: a non-negative fd in the struct is the caller's, given
             // to the library by this call (header), and closed once: here
@@ -234,6 +246,9 @@ pub extern "C" fn eventq_chan_import_fds(
             owned(raw.send_bell),
             owned(raw.link),
         );
+        // SAFETY: as above, all `size` bytes: fields of a newer header that
+        // this library does not know must be zero (-E2BIG otherwise).
+        try_c!(unsafe { read_sized(fds, size, EVENTQ_SHARED_FDS_SIZE_MIN, &mut empty()) });
         ensure!(!out.is_null());
         let (Some(side), Some(mem), Some(recv_bell), Some(send_bell), Some(link)) =
             (side_of(raw.side), mem, recv, send, link)

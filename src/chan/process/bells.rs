@@ -38,6 +38,10 @@ pub(in crate::chan) const SEND_EDGE: u64 = 8;
 /// Every doorbell, with an edge: close, recovery.
 pub(in crate::chan) const ALL: u64 = RECV | RECV_EDGE | SEND | SEND_EDGE;
 
+/// How many times a holder serves requests that came while it held the
+/// lock before it leaves the rest to the next caller.
+const SERVE_ROUNDS: u32 = 64;
+
 /// How many turns `recover` waits for this process's own threads to let
 /// go of the lock before it gives up on making the fds match their flags.
 #[cfg(not(loom))]
@@ -76,7 +80,9 @@ impl Bells {
     fn serve(&self, ring: &ShmRing) {
         let lock = ring.bells_lock();
         let requests = ring.bells_requests();
-        loop {
+        // Bounded: the other process may set requests without pause; what
+        // is left is the next caller's.
+        for _ in 0..SERVE_ROUNDS {
             if lock
                 .compare_exchange(0, self.me, Ordering::SeqCst, Ordering::SeqCst)
                 .is_err()

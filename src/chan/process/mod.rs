@@ -198,7 +198,7 @@ impl Channel {
                     }
                     // Lowered (or written) after this refusal (D9).
                     self.bells.request(&self.ring, SEND | SEND_EDGE);
-                    if !self.is_full() {
+                    if self.has_room()? {
                         continue;
                     }
                     self.wait(Direction::Send, &deadline)?;
@@ -229,11 +229,22 @@ impl Channel {
         Ok(n)
     }
 
-    /// Whether the ring is full now, judged by the words.
-    fn is_full(&self) -> bool {
-        let tail = self.ring.tail().load(Ordering::SeqCst).position();
-        let head = self.ring.head().load(Ordering::SeqCst).position();
-        tail.saturating_sub(head) >= self.capacity() as u64
+    /// Whether the ring has room now, as this sender sees it (the
+    /// receiver's word read fresh and checked: a broken one is an error,
+    /// never a reason to try again).
+    fn has_room(&self) -> Result<bool> {
+        let mut turn = self.turn.lock();
+        self.check(self.ring.has_room(&mut turn))
+    }
+
+    /// Whether a message is published past this receiver's position now
+    /// (the sender's word read fresh and checked, as `has_room`).
+    fn has_message(&self) -> Result<bool> {
+        let mut turn = self.turn.lock();
+        Ok(matches!(
+            self.check(self.ring.peek(&mut turn))?,
+            Peeked::Ready(_)
+        ))
     }
 
     /// Takes up to `max` messages (at least 1), waiting only for the first
@@ -261,10 +272,10 @@ impl Channel {
                     // Lowered (or written) after this refusal (D9); at end
                     // of stream, written for the next waiter (D6).
                     self.bells.request(&self.ring, RECV | RECV_EDGE);
-                    if tail.has(TAIL_CLOSED) || (self.peer_gone() && self.is_empty()) {
+                    if tail.has(TAIL_CLOSED) || (self.peer_gone() && !self.has_message()?) {
                         return Err(Error::Closed);
                     }
-                    if self.is_empty() {
+                    if !self.has_message()? {
                         self.wait(Direction::Recv, &deadline)?;
                     }
                 }
@@ -328,15 +339,11 @@ impl Channel {
     /// Writes the receive fd again if messages are pending: one more
     /// waiter wakes for them (a consumer leaving hands its wake-up on, D4).
     pub(in crate::chan) fn pass_on_pending(&self) {
-        if !self.is_empty() {
-            self.bells.request(&self.ring, RECV | RECV_EDGE);
-        }
-    }
-
-    fn is_empty(&self) -> bool {
         let tail = self.ring.tail().load(Ordering::SeqCst).position();
         let head = self.ring.head().load(Ordering::SeqCst).position();
-        tail <= head
+        if tail > head {
+            self.bells.request(&self.ring, RECV | RECV_EDGE);
+        }
     }
 
     pub(in crate::chan) fn stats(&self) -> Stats {
@@ -361,10 +368,15 @@ impl Channel {
 
     /// Waits for the doorbell of `dir` to be written, or the other process
     /// to go, or the deadline; `WouldBlock`/`TimedOut` once it has passed.
+    /// One call waits on one epoll set, made at its first wait.
     #[cfg(not(loom))]
     fn wait(&self, dir: Direction, deadline: &Deadlines) -> Result<()> {
         let until = deadline.check()?;
-        self.peer.wait(dir, until)
+        let mut waiter = deadline.waiter.borrow_mut();
+        if waiter.is_none() {
+            *waiter = Some(self.peer.waiter(dir)?);
+        }
+        Peer::wait(waiter.as_ref().expect("made above"), until)
     }
 
     /// Under loom the models never wait.
@@ -401,10 +413,13 @@ impl RecvEnd {
     }
 }
 
-/// A wait's limit, worked out on first use.
+/// A call's waiting: its limit, worked out on first use, and the epoll
+/// set it waits on, made on first use.
 struct Deadlines {
     wait: Wait,
     at: std::cell::Cell<Option<Option<std::time::Instant>>>,
+    #[cfg(not(loom))]
+    waiter: std::cell::RefCell<Option<crate::sys::Epoll>>,
 }
 
 impl Deadlines {
@@ -412,6 +427,8 @@ impl Deadlines {
         Deadlines {
             wait,
             at: std::cell::Cell::new(None),
+            #[cfg(not(loom))]
+            waiter: std::cell::RefCell::new(None),
         }
     }
 
@@ -492,14 +509,23 @@ fn start_bells(send: &EventFd) {
     send.raise();
 }
 
+/// A doorbell eventfd to share with the other process (guarded: it may
+/// change the file's flags and fill the counter).
+fn new_bell() -> std::io::Result<EventFd> {
+    #[cfg(not(loom))]
+    return EventFd::new_shared();
+    #[cfg(loom)]
+    return EventFd::new();
+}
+
 /// A new channel's end for `side`, with `limits`.
 pub(in crate::chan) fn create(limits: &Limits, side: Side) -> Result<Channel> {
     let layout = Layout::new(limits)?;
     let slot_total = layout
         .slot_total_lines()
         .ok_or(Error::Invalid("capacity times max_msg_size is too large"))?;
-    let recv = Arc::new(EventFd::new()?);
-    let send = Arc::new(EventFd::new()?);
+    let recv = Arc::new(new_bell()?);
+    let send = Arc::new(new_bell()?);
     start_bells(&send);
     #[cfg(not(loom))]
     {
