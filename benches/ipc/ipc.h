@@ -124,7 +124,8 @@ struct lib {
 
 extern const struct lib lib_eventq, lib_sys;
 /* The rows the ratios and targets are taken against. */
-extern const struct row eq_shared_batch, eq_shared_recv, eq_local_batch, eq_local_recv;
+extern const struct row eq_shared_batch, eq_shared_et, eq_shared_recv, eq_local_batch,
+    eq_local_recv;
 extern const struct row sys_seqpacket, sys_pipe;
 #ifdef PEERS_HAVE_ZMQ
 extern const struct lib lib_zmq;

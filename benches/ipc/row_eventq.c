@@ -17,7 +17,11 @@
  *   (eventq_chan_clone) per producer thread, the same consumer.
  *
  * Each has two consumers: eventq_chan_recv_batch, BATCH messages per call,
- * and eventq_chan_recv, one message per call.
+ * and eventq_chan_recv, one message per call. The receive fds are
+ * level-triggered, as a single consumer registers them by default (and
+ * as bench-peers' rows do); one more shared row registers them with
+ * EPOLLET, which the header allows for a consumer that drains to -EAGAIN.
+ * The notes count the wake-ups that found a channel empty.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -30,10 +34,12 @@
 #include "ipc.h"
 
 struct eq {
-    int shared, batch, n; /* n channels: one per producer when shared */
+    int shared, batch, et, n; /* n channels: one per producer when shared */
     size_t size;
     eventq_chan *ch[MAX_PRODUCERS];
     eventq_shared_fds fds[MAX_PRODUCERS]; /* shared: each producer's end */
+    /* Wake-ups (readable channels) whose first receive found nothing. */
+    uint64_t empty;
 };
 
 static void eq_check(int rc, const char *what)
@@ -53,12 +59,13 @@ static void close_fds(eventq_shared_fds *f)
     f->mem = -1;
 }
 
-static void *setup_common(const struct run_info *ri, int shared, int batch)
+static void *setup_common(const struct run_info *ri, int shared, int batch, int et)
 {
     struct eq *e = xmalloc(sizeof *e);
     memset(e, 0, sizeof *e);
     e->shared = shared;
     e->batch = batch;
+    e->et = et;
     e->size = ri->size;
     e->n = shared ? ri->producers : 1;
     eventq_chan_opts opts;
@@ -78,10 +85,11 @@ static void *setup_common(const struct run_info *ri, int shared, int batch)
     }
     return e;
 }
-static void *shared_batch_setup(const struct run_info *ri) { return setup_common(ri, 1, 1); }
-static void *shared_recv_setup(const struct run_info *ri) { return setup_common(ri, 1, 0); }
-static void *local_batch_setup(const struct run_info *ri) { return setup_common(ri, 0, 1); }
-static void *local_recv_setup(const struct run_info *ri) { return setup_common(ri, 0, 0); }
+static void *shared_batch_setup(const struct run_info *ri) { return setup_common(ri, 1, 1, 0); }
+static void *shared_et_setup(const struct run_info *ri) { return setup_common(ri, 1, 1, 1); }
+static void *shared_recv_setup(const struct run_info *ri) { return setup_common(ri, 1, 0, 0); }
+static void *local_batch_setup(const struct run_info *ri) { return setup_common(ri, 0, 1, 0); }
+static void *local_recv_setup(const struct run_info *ri) { return setup_common(ri, 0, 0, 0); }
 
 static void *producer_open(void *st, int p)
 {
@@ -118,11 +126,13 @@ static void producer_close(void *tx)
 static int drain(struct eq *e, eventq_chan *c, unsigned char *buf, size_t cap, struct sink *k)
 {
     size_t lens[BATCH];
-    for (;;) {
+    for (int first = 1;; first = 0) {
         if (e->batch) {
             int n = eventq_chan_recv_batch(c, buf, cap, lens, BATCH, 0);
-            if (n == -EAGAIN)
+            if (n == -EAGAIN) {
+                e->empty += first;
                 return 0;
+            }
             eq_check(n, "eventq_chan_recv_batch");
             size_t off = 0;
             for (int i = 0; i < n; i++) {
@@ -133,8 +143,10 @@ static int drain(struct eq *e, eventq_chan *c, unsigned char *buf, size_t cap, s
         } else {
             size_t len;
             int rc = eventq_chan_recv(c, buf, cap, &len, 0);
-            if (rc == -EAGAIN)
+            if (rc == -EAGAIN) {
+                e->empty += first;
                 return 0;
+            }
             eq_check(rc, "eventq_chan_recv");
             if (sink_msg(k, buf, len))
                 return 1;
@@ -153,7 +165,7 @@ static void consume(void *st, struct sink *k)
     for (int i = 0; i < e->n; i++) {
         int fd = eventq_chan_recv_fd(e->ch[i]);
         eq_check(fd, "eventq_chan_recv_fd");
-        epoll_add(ep, fd, EPOLLIN, (uint64_t)i);
+        epoll_add(ep, fd, EPOLLIN | (e->et ? EPOLLET : 0), (uint64_t)i);
     }
     size_t cap = (e->batch ? BATCH : 1) * (e->size > 16 ? e->size : 16);
     unsigned char *buf = xmalloc(cap);
@@ -183,9 +195,10 @@ static void teardown(void *st, char *note, size_t cap)
         }
         eventq_chan_free(e->ch[i]);
     }
-    snprintf(note, cap, "%d channel%s, cap %d%s; %.4f doorbell rings/msg", e->n,
-             e->n == 1 ? "" : "s", CAPACITY, e->shared ? ", max_msg_size = msg" : "",
-             sent ? (double)rings / (double)sent : 0.0);
+    snprintf(note, cap, "%d channel%s, cap %d%s; %.4f doorbell rings/msg, %.4f empty wakes/msg",
+             e->n, e->n == 1 ? "" : "s", CAPACITY, e->shared ? ", max_msg_size = msg" : "",
+             sent ? (double)rings / (double)sent : 0.0,
+             sent ? (double)e->empty / (double)sent : 0.0);
     free(e);
 }
 
@@ -203,6 +216,8 @@ static void teardown(void *st, char *note, size_t cap)
 
 EQ_ROW(eq_shared_batch, "libeventq shared, epoll + recv_batch(" STR(BATCH) ")", 0,
        shared_batch_setup);
+EQ_ROW(eq_shared_et, "libeventq shared, EPOLLET + recv_batch(" STR(BATCH) ")", 0,
+       shared_et_setup);
 EQ_ROW(eq_shared_recv, "libeventq shared, epoll + recv", 0, shared_recv_setup);
 EQ_ROW(eq_local_batch, "in-process libeventq (threads), epoll + recv_batch(" STR(BATCH) ")", 1,
        local_batch_setup);
@@ -210,11 +225,11 @@ EQ_ROW(eq_local_recv, "in-process libeventq (threads), epoll + recv", 1, local_r
 
 static const char *eq_version(void) { return eventq_version_string(); }
 
-static const struct row *const eq_rows[] = {&eq_shared_batch, &eq_shared_recv, &eq_local_batch,
-                                            &eq_local_recv};
+static const struct row *const eq_rows[] = {&eq_shared_batch, &eq_shared_et, &eq_shared_recv,
+                                            &eq_local_batch, &eq_local_recv};
 const struct lib lib_eventq = {
     .name = "libeventq",
     .version = eq_version,
     .rows = eq_rows,
-    .nrows = 4,
+    .nrows = 5,
 };
