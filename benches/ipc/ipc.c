@@ -62,12 +62,6 @@ const char *const bench_prog = "bench-ipc";
 
 /* --- configuration ------------------------------------------------------------ */
 
-struct group {
-    int producers;
-    size_t size;
-};
-static const struct group GROUPS[] = {{1, 8}, {4, 8}, {1, 1024}, {4, 1024}};
-#define NGROUPS (int)(sizeof GROUPS / sizeof GROUPS[0])
 #define MAX_REPS 50
 #define MAX_ROWS 12
 #define PING_SIZE 16
@@ -103,17 +97,7 @@ static const struct lib *const LIBS[] = {
 
 static int filtered_in(const char *name)
 {
-    if (!cfg.filter)
-        return 1;
-    for (const char *f = cfg.filter;;) {
-        const char *bar = strchr(f, '|');
-        size_t n = bar ? (size_t)(bar - f) : strlen(f);
-        if (!n || memmem(name, strlen(name), f, n))
-            return 1;
-        if (!bar)
-            return 0;
-        f = bar + 1;
-    }
+    return filter_match(cfg.filter, name);
 }
 
 static void usage(void)
@@ -143,9 +127,7 @@ static void parse_args(int argc, char **argv)
         else
             usage();
     }
-    const char *env = getenv("EVENTQ_BENCH_SMOKE");
-    if (env && *env && strcmp(env, "0"))
-        cfg.smoke = 1;
+    cfg.smoke |= smoke_from_env();
     if (cfg.reps == 0 || cfg.reps > MAX_REPS || cfg.ping == 0 || cfg.ping > MAX_PING ||
         cfg.seconds == 0 || cfg.seconds > 60)
         usage();
@@ -495,9 +477,9 @@ static void run_one(const struct row *row, int P, size_t size, enum mode mode, c
 /* --- report ----------------------------------------------------------------------------------- */
 
 /* results[group][row][rep]; ping[row][rep] */
-static struct result results[NGROUPS][MAX_ROWS][MAX_REPS];
+static struct result results[N_GROUPS][MAX_ROWS][MAX_REPS];
 static struct result pings[NPING][MAX_REPS];
-static int counts[NGROUPS][MAX_ROWS], ping_counts[NPING];
+static int counts[N_GROUPS][MAX_ROWS], ping_counts[NPING];
 
 static int row_index(const struct row *r)
 {
@@ -592,7 +574,7 @@ static void print_tables(void)
            "wakes/msg: the consumer's epoll_wait returns per message. shared/row: libeventq "
            "shared (epoll + recv_batch) over this row, per repetition: median (min-max); > 1 "
            "means the shared channel is faster.\n");
-    for (int gi = 0; gi < NGROUPS; gi++) {
+    for (int gi = 0; gi < N_GROUPS; gi++) {
         int any = 0;
         for (int ri = 0; ri < nrows; ri++)
             any |= counts[gi][ri] > 0;
@@ -687,14 +669,14 @@ static void print_targets(void)
            "reported, never asserted). The shared channel: epoll (level-triggered) + "
            "recv_batch; its EPOLLET row below each, for comparison ==\n");
     char what[160];
-    for (int gi = 0; gi < NGROUPS; gi++) {
+    for (int gi = 0; gi < N_GROUPS; gi++) {
         if (GROUPS[gi].size != 8)
             continue;
         snprintf(what, sizeof what, "(1) %dP1C 8 B: shared / Unix SOCK_SEQPACKET",
                  GROUPS[gi].producers);
         judge_rate(what, gi, &sys_seqpacket, 5.0);
     }
-    for (int gi = 0; gi < NGROUPS; gi++) {
+    for (int gi = 0; gi < N_GROUPS; gi++) {
         if (GROUPS[gi].size != 8)
             continue;
         snprintf(what, sizeof what, "(2) %dP1C 8 B: shared / ZeroMQ ipc://",
@@ -705,7 +687,7 @@ static void print_targets(void)
         printf("%-58s ZeroMQ left out\n", what);
 #endif
     }
-    for (int gi = 0; gi < NGROUPS; gi++) {
+    for (int gi = 0; gi < N_GROUPS; gi++) {
         snprintf(what, sizeof what, "(3) %dP1C %zu B: shared / in-process (recv_batch)",
                  GROUPS[gi].producers, GROUPS[gi].size);
         judge_rate(what, gi, &eq_local_batch, 0.7);
@@ -730,7 +712,7 @@ int main(int argc, char **argv)
     char errors[32][640];
     for (int rep = 0; rep < cfg.reps; rep++) {
         fprintf(stderr, "bench-ipc: repetition %d/%d\n", rep + 1, cfg.reps);
-        for (int gi = 0; gi < NGROUPS; gi++) {
+        for (int gi = 0; gi < N_GROUPS; gi++) {
             for (int ri = 0; ri < nrows; ri++) {
                 char name[256];
                 snprintf(name, sizeof name, "%dP1C %zu B %s", GROUPS[gi].producers,

@@ -88,6 +88,12 @@ static inline int sink_msg(struct sink *k, const void *data, size_t len)
     return tally_msg(k->t, data, len);
 }
 
+/* sink_msg as a take_fn (../peers/drain.h). */
+static inline int sink_take(void *k, const void *data, size_t len)
+{
+    return sink_msg(k, data, len);
+}
+
 /* One row: how one library (one way of using it) moves the messages
  * between processes. */
 struct row {

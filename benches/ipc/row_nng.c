@@ -7,9 +7,8 @@
  * socket's NNG_OPT_SENDBUF and the pull socket's NNG_OPT_RECVBUF, CAPACITY
  * messages each. Every socket is made after the fork (nng runs threads).
  *
- * The consumer waits on NNG_OPT_RECVFD in its own epoll set and receives
- * with nng_recvmsg(NNG_FLAG_NONBLOCK) until NNG_EAGAIN, as bench-peers'
- * inproc row does. nng has no linger, so producers close only once the
+ * The consumer waits on NNG_OPT_RECVFD in its own epoll set and drains it
+ * as bench-peers' inproc row does (../peers/drain.h). nng has no linger, so producers close only once the
  * consumer has everything (as every row's do).
  */
 #ifdef PEERS_HAVE_NNG
@@ -22,6 +21,7 @@
 #include <nng/protocol/pipeline0/pull.h>
 #include <nng/protocol/pipeline0/push.h>
 
+#include "../peers/drain.h"
 #include "ipc.h"
 
 struct nq {
@@ -77,27 +77,7 @@ static void consume(void *st, struct sink *k)
     ncheck(nng_pull0_open(&n->sock), "nng_pull0_open");
     n->buf_err = nng_socket_set_int(n->sock, NNG_OPT_RECVBUF, CAPACITY);
     ncheck(nng_listen(n->sock, n->url, NULL, 0), "nng_listen");
-    int fd;
-    ncheck(nng_socket_get_int(n->sock, NNG_OPT_RECVFD, &fd), "NNG_OPT_RECVFD");
-    int ep = epoll_for(fd, 0);
-    k->t->wakes = 0;
-    for (;;) {
-        epoll_wait1(ep);
-        k->t->wakes++;
-        for (;;) {
-            nng_msg *m;
-            int rc = nng_recvmsg(n->sock, &m, NNG_FLAG_NONBLOCK);
-            if (rc == NNG_EAGAIN)
-                break;
-            ncheck(rc, "nng_recvmsg");
-            int done = sink_msg(k, nng_msg_body(m), nng_msg_len(m));
-            nng_msg_free(m);
-            if (done)
-                goto done;
-        }
-    }
-done:
-    close(ep);
+    nng_drain(n->sock, &k->t->wakes, sink_take, k);
 }
 
 static void teardown(void *st, char *note, size_t cap)

@@ -7,10 +7,8 @@
  * RCVHWM of 512 each. Every context and socket is made after the fork, as
  * ZeroMQ requires (its contexts run I/O threads).
  *
- * The consumer waits on the PULL socket's ZMQ_FD in its own epoll set, as
- * bench-peers' inproc row does: edge-triggered, then ZMQ_EVENTS and
- * zmq_msg_recv(ZMQ_DONTWAIT) until EAGAIN, until ZMQ_EVENTS no longer
- * reports ZMQ_POLLIN.
+ * The consumer waits on the PULL socket's ZMQ_FD in its own epoll set and
+ * drains it as bench-peers' inproc row does (../peers/drain.h).
  */
 #ifdef PEERS_HAVE_ZMQ
 
@@ -22,6 +20,7 @@
 
 #include <zmq.h>
 
+#include "../peers/drain.h"
 #include "ipc.h"
 
 #define HWM 512
@@ -99,39 +98,7 @@ static void consume(void *st, struct sink *k)
     open_sock(z, ZMQ_PULL, ZMQ_RCVHWM);
     set_int(z->sock, ZMQ_LINGER, 0, "ZMQ_LINGER");
     zcheck(zmq_bind(z->sock, z->endpoint), "zmq_bind");
-    int fd;
-    size_t sz = sizeof fd;
-    zcheck(zmq_getsockopt(z->sock, ZMQ_FD, &fd, &sz), "ZMQ_FD");
-    int ep = epoll_for(fd, EPOLLET);
-    zmq_msg_t m;
-    zcheck(zmq_msg_init(&m), "zmq_msg_init");
-    k->t->wakes = 0;
-    for (;;) {
-        epoll_wait1(ep);
-        k->t->wakes++;
-        for (;;) {
-            int ev;
-            sz = sizeof ev;
-            zcheck(zmq_getsockopt(z->sock, ZMQ_EVENTS, &ev, &sz), "ZMQ_EVENTS");
-            if (!(ev & ZMQ_POLLIN))
-                break;
-            for (;;) {
-                if (zmq_msg_recv(&m, z->sock, ZMQ_DONTWAIT) < 0) {
-                    int e = zmq_errno();
-                    if (e == EAGAIN)
-                        break;
-                    if (e == EINTR)
-                        continue;
-                    die("zmq_msg_recv: %s", zmq_strerror(e));
-                }
-                if (sink_msg(k, zmq_msg_data(&m), zmq_msg_size(&m)))
-                    goto done;
-            }
-        }
-    }
-done:
-    zmq_msg_close(&m);
-    close(ep);
+    zmq_drain(z->sock, &k->t->wakes, sink_take, k);
 }
 
 static void teardown(void *st, char *note, size_t cap)
@@ -152,19 +119,10 @@ const struct row zmq_ipc = {
     .teardown = teardown,
 };
 
-static const char *version(void)
-{
-    static char v[32];
-    int major, minor, patch;
-    zmq_version(&major, &minor, &patch);
-    snprintf(v, sizeof v, "%d.%d.%d", major, minor, patch);
-    return v;
-}
-
 static const struct row *const rows[] = {&zmq_ipc};
 const struct lib lib_zmq = {
     .name = "ZeroMQ",
-    .version = version,
+    .version = zmq_version_str,
     .rows = rows,
     .nrows = 1,
 };

@@ -38,6 +38,29 @@ void *xmalloc(size_t n)
     return p;
 }
 
+/* --- options ------------------------------------------------------------------ */
+
+int filter_match(const char *filter, const char *name)
+{
+    if (!filter)
+        return 1;
+    for (const char *f = filter;;) {
+        const char *bar = strchr(f, '|');
+        size_t n = bar ? (size_t)(bar - f) : strlen(f);
+        if (!n || memmem(name, strlen(name), f, n))
+            return 1;
+        if (!bar)
+            return 0;
+        f = bar + 1;
+    }
+}
+
+int smoke_from_env(void)
+{
+    const char *env = getenv("EVENTQ_BENCH_SMOKE");
+    return env && *env && strcmp(env, "0");
+}
+
 /* --- epoll ------------------------------------------------------------------- */
 
 void epoll_add(int ep, int fd, uint32_t events, uint64_t data)

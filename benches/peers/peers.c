@@ -114,13 +114,6 @@ static int row_index(const struct peer *p)
 
 /* --- configuration --------------------------------------------------------- */
 
-struct group {
-    int producers;
-    size_t size;
-};
-/* Sizes outer, topologies inner, as the Rust bench orders its tables. */
-static const struct group GROUPS[] = {{1, 8}, {4, 8}, {1, 1024}, {4, 1024}};
-#define NGROUPS (int)(sizeof GROUPS / sizeof GROUPS[0])
 #define MAX_REPS 100
 
 static struct {
@@ -131,20 +124,9 @@ static struct {
     const char *filter;
 } cfg;
 
-/* Whether --filter (alternatives separated by '|') lets row `name` run. */
 static int filtered_in(const char *name)
 {
-    if (!cfg.filter)
-        return 1;
-    for (const char *f = cfg.filter;;) {
-        const char *bar = strchr(f, '|');
-        size_t n = bar ? (size_t)(bar - f) : strlen(f);
-        if (!n || memmem(name, strlen(name), f, n))
-            return 1;
-        if (!bar)
-            return 0;
-        f = bar + 1;
-    }
+    return filter_match(cfg.filter, name);
 }
 
 static void usage(void)
@@ -171,9 +153,7 @@ static void parse_args(int argc, char **argv)
         else
             usage();
     }
-    const char *env = getenv("EVENTQ_BENCH_SMOKE");
-    if (env && *env && strcmp(env, "0"))
-        cfg.smoke = 1;
+    cfg.smoke |= smoke_from_env();
     if ((msgs != -1 && msgs < 1) || (reps != -1 && (reps < 1 || reps > MAX_REPS)))
         usage();
     cfg.msgs = msgs > 0 ? (uint64_t)msgs : cfg.smoke ? 4000 : 500000;
@@ -432,7 +412,7 @@ static void run_one(const struct peer *peer, const struct group *g, const char *
 
 /* results[group][row][rep] */
 static struct result *results;
-static int counts[NGROUPS][MAX_ROWS];
+static int counts[N_GROUPS][MAX_ROWS];
 
 static struct result *res_at(int gi, int ri, int rep)
 {
@@ -463,7 +443,7 @@ static void fmt_ratio(char *buf, size_t cap, double a, double b)
 static int selftest(void)
 {
     int missed = 0, runs = 0;
-    for (int gi = 0; gi < NGROUPS; gi++) {
+    for (int gi = 0; gi < N_GROUPS; gi++) {
         char gname[16];
         group_name(&GROUPS[gi], gname, sizeof gname);
         for (int ri = 0; ri < nrows; ri++) {
@@ -501,7 +481,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < NKNOWN; i++)
         if (KNOWN[i].fam)
             add_family(KNOWN[i].fam);
-    results = calloc((size_t)NGROUPS * MAX_ROWS * MAX_REPS, sizeof *results);
+    results = calloc((size_t)N_GROUPS * MAX_ROWS * MAX_REPS, sizeof *results);
     if (!results)
         die("out of memory");
     pthread_t guard;
@@ -518,7 +498,7 @@ int main(int argc, char **argv)
     char errors[64][640];
     for (int rep = 0; rep < cfg.reps; rep++) {
         fprintf(stderr, "bench-peers: repetition %d/%d\n", rep + 1, cfg.reps);
-        for (int gi = 0; gi < NGROUPS; gi++) {
+        for (int gi = 0; gi < N_GROUPS; gi++) {
             char gname[16];
             group_name(&GROUPS[gi], gname, sizeof gname);
             for (int ri = 0; ri < nrows; ri++) {
@@ -587,7 +567,7 @@ int main(int argc, char **argv)
            EVENTQ_DEFAULT_BUDGET);
 
     int ref_epoll = row_index(&eq_epoll), ref_loop = row_index(&eq_loop);
-    for (int gi = 0; gi < NGROUPS; gi++) {
+    for (int gi = 0; gi < N_GROUPS; gi++) {
         int any = 0;
         for (int ri = 0; ri < nrows; ri++)
             any |= counts[gi][ri] > 0;
@@ -643,7 +623,7 @@ int main(int argc, char **argv)
 #else
         int ref_uv = -1;
 #endif
-        for (int gi = 0; gi < NGROUPS; gi++) {
+        for (int gi = 0; gi < N_GROUPS; gi++) {
             char gname[16], what[128];
             group_name(&GROUPS[gi], gname, sizeof gname);
             double rl = median_rate(gi, ref_loop);

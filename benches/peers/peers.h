@@ -130,6 +130,21 @@ static inline int tally_msg(struct tally *t, const void *data, size_t len)
     return t->done;
 }
 
+/* tally_msg as a take_fn (drain.h). */
+static inline int tally_take(void *t, const void *data, size_t len)
+{
+    return tally_msg(t, data, len);
+}
+
+/* The configurations: producers and message size. Sizes outer, topologies
+ * inner, as the Rust bench orders its tables. */
+struct group {
+    int producers;
+    size_t size;
+};
+static const struct group GROUPS[] = {{1, 8}, {4, 8}, {1, 1024}, {4, 1024}};
+#define N_GROUPS (int)(sizeof GROUPS / sizeof GROUPS[0])
+
 /* One configuration of one run, as a peer sees it. */
 struct run_info {
     int producers;
@@ -175,6 +190,11 @@ extern const char *const bench_prog;
  * or a library call, as opposed to a delivery failure). */
 void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 void *xmalloc(size_t n);
+/* Whether --filter TEXT (alternatives separated by '|'; NULL: no filter)
+ * lets the row named `name` run: it contains one of them. */
+int filter_match(const char *filter, const char *name);
+/* EVENTQ_BENCH_SMOKE set and not "0": the smoke counts. */
+int smoke_from_env(void);
 struct epoll_event;
 /* Adds fd to the epoll set ep for `events`, with `data` as its u64. */
 void epoll_add(int ep, int fd, uint32_t events, uint64_t data);
