@@ -557,11 +557,14 @@ static void judge(const char *what, struct spread s, double want, int at_most)
         v = s.hi <= want ? "met" : s.lo > want ? "MISSED" : "unsettled";
     else
         v = s.lo >= want ? "met" : s.hi < want ? "MISSED" : "unsettled";
+    /* How far from the target: the median when MISSED, the worse end
+     * of the spread when unsettled. */
     char by[96] = "";
+    double at = !strcmp(v, "MISSED") ? s.med : at_most ? s.hi : s.lo;
     if (strcmp(v, "met"))
-        snprintf(by, sizeof by, " (median %.0f%% of the way: %s by %.0f%%)",
-                 at_most ? want / s.med * 100 : s.med / want * 100,
-                 at_most ? "over" : "short", fabs(at_most ? s.med / want - 1 : 1 - s.med / want) * 100);
+        snprintf(by, sizeof by, " (%s %.2fx: %.0f%% %s)",
+                 !strcmp(v, "MISSED") ? "median" : "worse end", at,
+                 fabs(at / want - 1) * 100, at_most ? "over" : "short");
     printf("%-58s %-20s target %s %.1fx  %s%s\n", what, sp, at_most ? "<=" : ">=", want, v, by);
 }
 
