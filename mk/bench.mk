@@ -61,6 +61,10 @@
 #                        Its first build fetches and compiles iceoryx2 from
 #                        crates.io (about 90 crates, a minute or two on 2
 #                        CPUs). IPC_ICEORYX2_ARGS: --reps N, --seconds S.
+#   make bench-ipc-wakes benches/ipc/repro/empty_wakes.c: how often a shared
+#                        channel's receive fd wakes a consumer with nothing
+#                        to receive, level-triggered then EPOLLET.
+#                        IPC_WAKES_ARGS: N SIZE GAP_US (default 1000 8 1000).
 #   make bench-go        the Go binding against Go's buffered channel
 #                        (bindings/go/bench_test.go), linked to the test
 #                        install. GO_BENCH_ARGS (default -bench . -count 5).
@@ -92,8 +96,11 @@ IPC_ICEORYX2_ARGS ?=
 IPC_BIN     := $(BUILD)/bench-ipc/ipc
 IPC_SRCS    := $(sort $(wildcard benches/ipc/*.c)) benches/peers/common.c
 IPC_IOX_DIR := benches/ipc-iceoryx2
+IPC_WAKES_ARGS ?= 1000 8 1000
+IPC_WAKES_BIN  := $(BUILD)/bench-ipc/empty_wakes
 
-.PHONY: bench bench-blocking bench-peers bench-ipc bench-ipc-iceoryx2 bench-go bench-python
+.PHONY: bench bench-blocking bench-peers bench-ipc bench-ipc-iceoryx2 bench-ipc-wakes bench-go \
+        bench-python
 
 # The prerequisites run first, in this order.
 bench: bench-blocking bench-peers bench-ipc | need-cargo
@@ -125,6 +132,14 @@ bench-ipc: $(IPC_BIN)
 ifeq ($(IPC_ICEORYX2),1)
 	$(MAKE) bench-ipc-iceoryx2
 endif
+
+$(IPC_WAKES_BIN): benches/ipc/repro/empty_wakes.c $(TEST_STAMP) | need-cc need-pkg-config
+	@mkdir -p $(@D)
+	$(CC) $(C_STD_FLAGS) $(CFLAGS) $(call pc_test,--cflags) $< -o $@ $(call pc_test,--libs) \
+	  $(RPATH_TEST) $(LDFLAGS)
+bench-ipc-wakes: $(IPC_WAKES_BIN)
+	$(IPC_WAKES_BIN) $(IPC_WAKES_ARGS)
+	ET=1 $(IPC_WAKES_BIN) $(IPC_WAKES_ARGS)
 
 bench-ipc-iceoryx2: | need-cargo
 	$(CARGO) run --release --manifest-path $(IPC_IOX_DIR)/Cargo.toml \
