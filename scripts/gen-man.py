@@ -518,6 +518,29 @@ def design_contract(path):
     return items
 
 
+def design_processes(path):
+    """The contract between processes of docs/design.md ("Between
+    processes", its first paragraph and its bullets, nested ones included):
+    [(depth, text)] where depth is 0 for a paragraph, 1 or 2 for a bullet."""
+    text = open(path, encoding="utf-8").read()
+    m = re.search(r"^## Between processes.*?\n(.*?)(?=^## )", text, re.S | re.M)
+    if not m:
+        die(f"{path} has no '## Between processes' section")
+    c = re.search(r"\*\*The contract between processes\.\*\*(.*?)(?=\n\n\*\*)", m.group(1), re.S)
+    if not c:
+        die(f"{path}: 'Between processes' has no paragraph '**The contract between processes.**'")
+    items = []
+    for line in c.group(1).strip("\n").split("\n"):
+        b = re.match(r"( *)- (.*)", line)
+        if b:
+            items.append([1 + len(b.group(1)) // 2, b.group(2)])
+        elif items and line.strip():
+            items[-1][1] += " " + line.strip()
+        elif line.strip():
+            items.append([0, line.strip()])
+    return [(depth, " ".join(t.split())) for depth, t in items]
+
+
 def md_inline(text, markup):
     """`code` and **bold** of markdown, then the header's names."""
     parts = re.split(r"(\*\*[^*]+\*\*)", text)
@@ -542,7 +565,7 @@ def struct_definition(item):
     return lines
 
 
-def overview_page(ctx, top, items, contract):
+def overview_page(ctx, top, items, contract, processes):
     markup, date, version = ctx["markup"], ctx["date"], ctx["version"]
     functions = [it for it in items if it.kind == "function"]
     opaque = [it for it in items if it.kind == "opaque"]
@@ -588,6 +611,25 @@ def overview_page(ctx, top, items, contract):
                  "(docs/design.md of the source has their full text and reasons).")]
     for label, text in contract:
         out += [".TP", f".B {esc(label)}", fill(md_inline(text, markup))]
+    out += [".SH BETWEEN PROCESSES",
+            fill("A process\\-shared channel (\\fBeventq_chan_new_shared\\fP(3)) is the "
+                 "same channel with its ring in a sealed memfd that two processes "
+                 "map, handed from the one that made it to the other "
+                 "(\\fBeventq_chan_send_to\\fP(3), \\fBeventq_chan_export_fds\\fP(3)).")]
+    depth_now = 0
+    for depth, text in processes:
+        while depth_now > max(depth, 1):
+            out.append(".RE")
+            depth_now -= 1
+        if depth == 2 and depth_now == 1:
+            out.append(".RS 2")
+            depth_now = 2
+        if depth == 0:
+            out += [".PP", fill(md_inline(text, markup))]
+        else:
+            depth_now = max(depth_now, 1)
+            out += [".IP \\(bu 2", fill(md_inline(text, markup))]
+    out += [".RE"] * max(depth_now - 1, 0)
 
     out.append(".SH OBJECTS")
     out.append(fill("Handles are opaque pointers, each created by a function of its "
@@ -727,6 +769,7 @@ def main():
         "version": args.version,
     }
     contract = design_contract(args.design)
+    processes = design_processes(args.design)
 
     # Written to a fresh directory, then swapped in: no page of a function
     # that is gone survives.
@@ -738,7 +781,7 @@ def main():
         with open(os.path.join(tmp, "man3", fn.name + ".3"), "w", encoding="utf-8") as f:
             f.write(function_page(fn, ctx))
     with open(os.path.join(tmp, "man7", "eventq.7"), "w", encoding="utf-8") as f:
-        f.write(overview_page(ctx, top, items, contract))
+        f.write(overview_page(ctx, top, items, contract, processes))
     shutil.rmtree(args.out, ignore_errors=True)
     os.rename(tmp, args.out)
     print(f"gen-man: {len(functions)} section-3 pages and eventq(7) in {args.out}")

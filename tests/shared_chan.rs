@@ -204,7 +204,19 @@ fn exported_fds_make_the_other_end() {
     let tx = Chan::new_shared(Options::new(4), Side::Send).unwrap();
     let fds = tx.export_fds().unwrap();
     assert_eq!(fds.side, Side::Receive);
+    // As a child's dup2 leaves them: inheritable. The end taken from them
+    // holds them close-on-exec again.
+    let raw = [&fds.mem, &fds.recv_bell, &fds.send_bell, &fds.link].map(|fd| fd.as_raw_fd());
+    for fd in raw {
+        // SAFETY: fcntl on fds this test owns.
+        assert_eq!(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }, 0);
+    }
     let rx = Chan::import_fds(fds).unwrap();
+    for fd in raw {
+        // SAFETY: as above; the fds are the channel's now, still open.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+        assert_ne!(flags & libc::FD_CLOEXEC, 0, "fd {fd} inheritable");
+    }
     tx.send(b"inherited", Wait::Never).unwrap();
     assert_eq!(rx.recv(Wait::Never).unwrap(), b"inherited");
 }
@@ -230,35 +242,130 @@ fn what_arrives_is_checked() {
 
 #[test]
 fn a_receiver_sees_end_of_stream_when_the_sending_process_dies() {
-    let tx = Chan::new_shared(Options::new(64), Side::Send).unwrap();
-    let fds = tx.export_fds().unwrap();
-    // The child sends 10 messages, then dies by SIGKILL in the middle of
-    // nothing in particular; the parent receives them all, then end of
-    // stream, on a readable fd.
-    // SAFETY: the child only sends on the channel and kills itself; the
-    // test process's other threads are not touched by it.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0);
-    if pid == 0 {
-        drop(fds);
-        for i in 0u32..10 {
-            tx.send(&i.to_le_bytes(), Wait::Never).unwrap();
-        }
-        // SAFETY: kills this process.
-        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
-        unreachable!();
-    }
-    let rx = Chan::import_fds(fds).unwrap();
-    // The parent's copy of the sending end, inherited by the child, must
-    // go too: the child's is the one that sends.
-    drop(tx);
-    let mut status = 0;
-    // SAFETY: waits for the child forked above.
-    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    // The child sends 10 messages, then dies by SIGKILL; the parent
+    // receives them all, then end of stream, on a readable fd.
+    let rx = Chan::new_shared(Options::new(64), Side::Receive).unwrap();
+    let mut kid = child("send-ten-then-die", rx.export_fds().unwrap());
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(kid.wait().unwrap().signal(), Some(libc::SIGKILL));
     wait_readable(rx.recv_fd().as_fd().as_raw_fd(), "end of stream");
     for i in 0u32..10 {
         assert_eq!(rx.recv(Wait::Never).unwrap(), i.to_le_bytes(), "D1");
     }
     assert_eq!(out(rx.recv(Wait::Never)), Got::Closed, "end of stream");
     assert!(rx.is_closed());
+}
+
+#[test]
+fn a_blocked_receiver_wakes_when_the_handed_out_end_is_gone() {
+    // The receiver waits before any sender has the channel; the sending
+    // end is then handed out and given up (as a child that dies before it
+    // sends would): the waiter wakes with end of stream, though the link
+    // did not exist when it began to wait.
+    let rx = Chan::new_shared(Options::new(4), Side::Receive).unwrap();
+    let waiter = {
+        let rx = rx.clone();
+        std::thread::spawn(move || rx.recv(Wait::Forever))
+    };
+    let fds = rx.export_fds().unwrap();
+    drop(fds);
+    assert!(matches!(waiter.join().unwrap(), Err(Error::Closed)));
+}
+
+/// What a child started by `child` does, by name (in `child_entry`).
+const CHILD_ROLE: &str = "EVENTQ_TEST_CHILD_ROLE";
+
+/// Runs this test binary again as a child that takes `fds` (as fds 3 to 6)
+/// and plays `role` (see `child_entry`): a real process, started by exec,
+/// so nothing of this multi-threaded test process runs in it after fork.
+fn child(role: &str, fds: eventq::SharedFds) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    let raw = [
+        fds.mem.as_raw_fd(),
+        fds.recv_bell.as_raw_fd(),
+        fds.send_bell.as_raw_fd(),
+        fds.link.as_raw_fd(),
+    ];
+    let side = if fds.side == Side::Send {
+        "send"
+    } else {
+        "recv"
+    };
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "child_entry", "--nocapture"])
+        .env(CHILD_ROLE, format!("{role}:{side}"))
+        .stdout(std::process::Stdio::null());
+    // SAFETY: dup2 is async-signal-safe; each target number is free in the
+    // child (its only fds above 2 are this process's, close-on-exec, and
+    // the sources themselves, which dup2 leaves alone when equal).
+    unsafe {
+        cmd.pre_exec(move || {
+            for (i, fd) in raw.iter().enumerate() {
+                if libc::dup2(*fd, 3 + i as i32) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn().expect("spawn the child")
+}
+
+/// The child's side of `child`: does nothing unless started by it.
+#[test]
+fn child_entry() {
+    let Ok(role) = std::env::var(CHILD_ROLE) else {
+        return;
+    };
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let (role, side) = role.split_once(':').unwrap();
+    // SAFETY: fds 3 to 6 were put there by `child` for this process.
+    let owned = |fd| unsafe { OwnedFd::from_raw_fd(fd) };
+    let chan = Chan::import_fds(eventq::SharedFds {
+        side: if side == "send" {
+            Side::Send
+        } else {
+            Side::Receive
+        },
+        mem: owned(3),
+        recv_bell: owned(4),
+        send_bell: owned(5),
+        link: owned(6),
+    })
+    .unwrap();
+    match role {
+        "recv-one-then-die" => {
+            chan.recv(Wait::Forever).unwrap();
+        }
+        "send-ten-then-die" => {
+            for i in 0u32..10 {
+                chan.send(&i.to_le_bytes(), Wait::Never).unwrap();
+            }
+        }
+        other => panic!("unknown child role {other}"),
+    }
+    // SAFETY: kills this process, as a crash would.
+    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+}
+
+#[test]
+fn a_sender_blocked_on_a_full_ring_fails_when_the_receiver_dies() {
+    let tx = Chan::new_shared(Options::new(2), Side::Send).unwrap();
+    let mut kid = child("recv-one-then-die", tx.export_fds().unwrap());
+    let mut sent = 0;
+    let end = loop {
+        match tx.send(b"m", Wait::Forever) {
+            Ok(()) => sent += 1,
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(end, Error::Closed), "{end:?}");
+    assert!(sent >= 2, "the ring filled first ({sent} sent)");
+    let status = kid.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+    assert!(
+        send_ready(&tx),
+        "the send fd is readable once the receiver is gone"
+    );
 }

@@ -364,11 +364,7 @@ impl Channel {
     #[cfg(not(loom))]
     fn wait(&self, dir: Direction, deadline: &Deadlines) -> Result<()> {
         let until = deadline.check()?;
-        let bell = match dir {
-            Direction::Recv => &self.bells.recv,
-            Direction::Send => &self.bells.send,
-        };
-        self.peer.wait(bell, until)
+        self.peer.wait(dir, until)
     }
 
     /// Under loom the models never wait.

@@ -132,16 +132,15 @@ impl Peer {
         self.gone.load(Ordering::SeqCst)
     }
 
-    /// Waits for a new event on `bell` (edge-triggered: the level at the
-    /// start counts as one) or for the link to hang up, until `deadline`
-    /// (`None`: without limit).
-    pub(in crate::chan) fn wait(&self, bell: &EventFd, deadline: Option<Instant>) -> Result<()> {
+    /// Waits for a new event on the fd users poll for `dir` (its doorbell
+    /// or the link, whichever link is joined by then), edge-triggered: the
+    /// level at the start counts as one, then only a new write or hang-up
+    /// does; until `deadline` (`None`: without limit).
+    pub(in crate::chan) fn wait(&self, dir: Direction, deadline: Option<Instant>) -> Result<()> {
         let ep = Epoll::new()?;
-        ep.add(bell.as_raw_fd(), (libc::EPOLLIN | libc::EPOLLET) as u32, 0)?;
-        if let Link::Joined(link) = &*self.link.lock() {
-            ep.add(link.as_raw_fd(), LINK_EVENTS | libc::EPOLLET as u32, 1)?;
-        }
-        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 2];
+        let fd = self.poll_fd(dir).as_raw_fd();
+        ep.add(fd, (libc::EPOLLIN | libc::EPOLLET) as u32, 0)?;
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 1];
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             match ep.wait(&mut events, left) {
