@@ -44,12 +44,14 @@
 #                        process-shared channel between processes against
 #                        Unix SOCK_SEQPACKET, a pipe, ZeroMQ and nng over
 #                        ipc://, with the in-process channel (threads) as
-#                        the reference; 1P1C and 4P1C producer processes,
+#                        the reference (the shared channel's consumer
+#                        level-triggered, and EPOLLET in a row of its own);
+#                        1P1C and 4P1C producer processes,
 #                        8-byte and 1 KiB messages, each row a timed window
 #                        (0.5 s), repetitions interleaved; then idle-gap
 #                        ping latency (one way, 1 ms gaps); the targets
 #                        judged on the spread of per-repetition ratios
-#                        (met, unsettled or MISSED). About three minutes.
+#                        (met, unsettled or MISSED). About 2.5 minutes.
 #                        IPC_ARGS: --reps N, --seconds S, --ping N,
 #                        --filter TEXT. IPC_ICEORYX2=1 runs
 #                        bench-ipc-iceoryx2 after it.
@@ -113,16 +115,16 @@ bench-blocking: | need-cargo
 $(PEERS_BUILD)/cflags: FORCE | need-cc need-pkg-config
 	@CC="$(CC)" PKG_CONFIG="$(PKG_CONFIG)" benches/peers/configure.sh $(PEERS_BUILD)
 $(PEERS_BUILD)/libs: $(PEERS_BUILD)/cflags
-$(PEERS_BIN): $(PEERS_SRCS) benches/peers/peers.h $(PEERS_BUILD)/cflags $(PEERS_BUILD)/libs \
-              $(TEST_STAMP) | need-cc need-pkg-config
+$(PEERS_BIN): $(PEERS_SRCS) benches/peers/peers.h benches/peers/drain.h $(PEERS_BUILD)/cflags \
+              $(PEERS_BUILD)/libs $(TEST_STAMP) | need-cc need-pkg-config
 	$(CC) $(C_STD_FLAGS) $(CFLAGS) $(call pc_test,--cflags) $$(cat $(PEERS_BUILD)/cflags) \
 	  $(PEERS_SRCS) -o $@ $(call pc_test,--libs) $$(cat $(PEERS_BUILD)/libs) -lm \
 	  $(RPATH_TEST) $(LDFLAGS)
 bench-peers: $(PEERS_BIN)
 	$(PEERS_BIN) $(PEERS_ARGS)
 
-$(IPC_BIN): $(IPC_SRCS) benches/ipc/ipc.h benches/peers/peers.h $(PEERS_BUILD)/cflags \
-            $(PEERS_BUILD)/libs $(TEST_STAMP) | need-cc need-pkg-config
+$(IPC_BIN): $(IPC_SRCS) benches/ipc/ipc.h benches/peers/peers.h benches/peers/drain.h \
+            $(PEERS_BUILD)/cflags $(PEERS_BUILD)/libs $(TEST_STAMP) | need-cc need-pkg-config
 	@mkdir -p $(@D)
 	$(CC) $(C_STD_FLAGS) $(CFLAGS) $(call pc_test,--cflags) $$(cat $(PEERS_BUILD)/cflags) \
 	  $(IPC_SRCS) -o $@ $(call pc_test,--libs) $$(cat $(PEERS_BUILD)/libs) -lm \

@@ -8,8 +8,9 @@
  * messages each. Every socket is made after the fork (nng runs threads).
  *
  * The consumer waits on NNG_OPT_RECVFD in its own epoll set and drains it
- * as bench-peers' inproc row does (../peers/drain.h). nng has no linger, so producers close only once the
- * consumer has everything (as every row's do).
+ * as bench-peers' inproc row does (../peers/drain.h). nng has no linger,
+ * so producers close only once the consumer has everything (as every
+ * row's do).
  */
 #ifdef PEERS_HAVE_NNG
 

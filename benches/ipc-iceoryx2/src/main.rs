@@ -31,6 +31,10 @@
 //!   fit its queue, silently.
 //!
 //! `--smoke`: a fixed small count, one repetition; checks delivery only.
+//! `--only TEXT`: only the runs whose "<config> <size> B <label>" contains
+//! TEXT. A run with no progress for 30 s is killed and reported as a hang,
+//! with the state, kernel wait channel and system call of each of its
+//! threads.
 //! Exits 1 if a run failed to deliver, 2 on an error of the bench.
 
 use std::os::fd::AsRawFd;
@@ -564,6 +568,7 @@ fn run_one(run: &Run) -> Result<(f64, f64), String> {
         unsafe { libc::_exit(0) };
     }
     let kill = |why: String| -> Result<(f64, f64), String> {
+        let why = format!("{why}; {}", where_they_wait(pid));
         // SAFETY: the run's process group and consumer.
         unsafe {
             libc::kill(-pid, libc::SIGKILL);
@@ -631,6 +636,45 @@ fn run_one(run: &Run) -> Result<(f64, f64), String> {
     Ok((rate, sh.wakes.load(Ordering::Relaxed) as f64 / seen as f64))
 }
 
+/// Where each thread of the run's processes (process group `pgrp`) waits:
+/// its state, kernel wait channel and system call, for a hang's report.
+fn where_they_wait(pgrp: i32) -> String {
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return "(no /proc)".into();
+    };
+    for p in procs.flatten() {
+        let pid = p.file_name().to_string_lossy().into_owned();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let Some((_, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        // After the comm: state, ppid, pgrp.
+        if rest.split(' ').nth(2) != Some(&pgrp.to_string()) {
+            continue;
+        }
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten();
+        for t in tasks.flatten() {
+            let tid = t.file_name().to_string_lossy().into_owned();
+            let read = |f: &str| {
+                std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/{f}")).unwrap_or_default()
+            };
+            let state = read("stat")
+                .rsplit_once(") ")
+                .map_or(String::new(), |(_, r)| r[..1].to_string());
+            let sys = read("syscall");
+            out.push(format!(
+                "{pid}/{tid} {state} wchan {} syscall {}",
+                read("wchan").trim(),
+                sys.split(' ').next().unwrap_or("?").trim()
+            ));
+        }
+    }
+    format!("threads of the run: [{}]", out.join("; "))
+}
+
 static SECONDS: AtomicU64 = AtomicU64::new(500);
 
 fn loadavg() -> String {
@@ -655,10 +699,12 @@ fn spread(v: &[f64]) -> (f64, f64, f64) {
 fn main() {
     let mut smoke = std::env::var("EVENTQ_BENCH_SMOKE").is_ok_and(|v| !v.is_empty() && v != "0");
     let mut reps = 0usize;
+    let mut only: Option<String> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--smoke" => smoke = true,
+            "--only" => only = args.next(),
             "--reps" => {
                 reps = args
                     .next()
@@ -672,7 +718,7 @@ fn main() {
                     .unwrap_or_else(|| die("--seconds S"));
                 SECONDS.store((s * 1000.0) as u64, Ordering::Relaxed);
             }
-            _ => die("usage: ipc-iceoryx2 [--smoke] [--reps N] [--seconds S]"),
+            _ => die("usage: ipc-iceoryx2 [--smoke] [--reps N] [--seconds S] [--only TEXT]"),
         }
     }
     if reps == 0 {
@@ -693,6 +739,9 @@ fn main() {
         for (gi, &(producers, size)) in groups.iter().enumerate() {
             for (ri, &row) in rows.iter().enumerate() {
                 let name = format!("{producers}P1C {size} B {}", row.label());
+                if only.as_ref().is_some_and(|o| !name.contains(o.as_str())) {
+                    continue;
+                }
                 let run = Run {
                     row,
                     producers,
@@ -755,6 +804,9 @@ fn main() {
                 .iter()
                 .filter_map(|r| r.as_ref().ok().copied())
                 .collect();
+            if results[gi][ri].is_empty() {
+                continue; // left out by --only
+            }
             if ok.is_empty() {
                 println!("{:<50} DELIVERY FAILED", row.label());
                 continue;
