@@ -62,7 +62,8 @@
 #                        through their Rust APIs, the same configurations.
 #                        Its first build fetches and compiles iceoryx2 from
 #                        crates.io (about 90 crates, a minute or two on 2
-#                        CPUs). IPC_ICEORYX2_ARGS: --reps N, --seconds S.
+#                        CPUs). IPC_ICEORYX2_ARGS: --reps N, --seconds S,
+#                        --only TEXT.
 #   make bench-ipc-wakes benches/ipc/repro/empty_wakes.c: how often a shared
 #                        channel's receive fd wakes a consumer with nothing
 #                        to receive, level-triggered then EPOLLET.
