@@ -197,7 +197,7 @@ impl Channel {
                         return Err(Error::Closed);
                     }
                     // Lowered (or written) after this refusal (D9).
-                    self.bells.request(&self.ring, SEND | SEND_EDGE);
+                    self.bells.request_for_refusal(&self.ring, SEND, SEND_EDGE);
                     if self.has_room()? {
                         continue;
                     }
@@ -269,12 +269,13 @@ impl Channel {
                 Peeked::Ready(len) => break (turn, len),
                 Peeked::Empty(tail) => {
                     drop(turn);
-                    // Lowered (or written) after this refusal (D9); at end
-                    // of stream, written for the next waiter (D6).
-                    self.bells.request(&self.ring, RECV | RECV_EDGE);
                     if tail.has(TAIL_CLOSED) || (self.peer_gone() && !self.has_message()?) {
+                        // End of stream: written for the next waiter (D6).
+                        self.bells.request(&self.ring, RECV | RECV_EDGE);
                         return Err(Error::Closed);
                     }
+                    // Lowered (or written) after this refusal (D9).
+                    self.bells.request_for_refusal(&self.ring, RECV, RECV_EDGE);
                     if !self.has_message()? {
                         self.wait(Direction::Recv, &deadline)?;
                     }
@@ -304,14 +305,14 @@ impl Channel {
         };
         let drained = !matches!(end, RecvEnd::More(_)) || self.ring.drained(&turn);
         drop(turn);
-        if matches!(end, RecvEnd::More(_)) {
-            if drained {
-                self.bells.request(&self.ring, RECV);
-            }
-        } else {
-            // Cut short by an empty queue or end of stream: the caller may
-            // wait for an edge next (D9).
-            self.bells.request(&self.ring, RECV | RECV_EDGE);
+        match end {
+            RecvEnd::More(_) if drained => self.bells.request(&self.ring, RECV),
+            RecvEnd::More(_) => {}
+            // Cut short by an empty queue: the caller may wait for an edge
+            // next, as after a refusal (D9).
+            RecvEnd::Dry(_) => self.bells.request_for_refusal(&self.ring, RECV, RECV_EDGE),
+            // Cut short at end of stream: the fd stays up; written (D9).
+            RecvEnd::Closed(_) => self.bells.request(&self.ring, RECV | RECV_EDGE),
         }
         if flags.has(HEAD_SEND_LOWERED) && self.ring.at_low_water() {
             self.bells.request(&self.ring, SEND);
