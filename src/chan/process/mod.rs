@@ -37,7 +37,7 @@ use self::bells::{Bells, ALL, RECV, RECV_EDGE, SEND, SEND_EDGE};
 use self::layout::Layout;
 #[cfg(not(loom))]
 use self::peer::Peer;
-use self::ring::{Memory, Peeked, Pushed, ShmRing, Turn};
+use self::ring::{Memory, Peeked, Pushed, ShmRing, Turn, POSITION_MAX};
 use super::doorbell::{HEAD_SEND_LOWERED, TAIL_RECV_RAISED};
 use super::options::{Limits, Stats, Wait};
 use super::ring::{Word, TAIL_CLOSED};
