@@ -463,9 +463,9 @@ fn assemble(
     let ring = ShmRing::new(mem, layout);
     let tail = ring.tail().load(Ordering::SeqCst).position();
     let head = ring.head().load(Ordering::SeqCst).position();
-    if head > tail || tail - head > layout.capacity as u64 {
+    if head > tail || tail - head > layout.capacity as u64 || tail > POSITION_MAX {
         return Err(Error::Corrupt(
-            "the positions are further apart than the ring holds",
+            "the positions are further apart than the ring holds, or out of range",
         ));
     }
     let turn = match side {

@@ -263,7 +263,9 @@ impl ShmRing {
     /// sender's position `turn.own`.
     pub(in crate::chan) fn push(&self, turn: &mut Turn, msg: &[u8]) -> Result<Pushed> {
         if turn.own >= POSITION_MAX {
-            return Err(Error::Corrupt("the positions reached the top of their range"));
+            return Err(Error::Corrupt(
+                "the positions reached the top of their range",
+            ));
         }
         // Closed first: a full ring that is closed refuses with end, not
         // with "full" (D6).
