@@ -276,3 +276,23 @@ fn a_refused_sender_gets_an_edge_though_room_came_before_its_request_was_served(
         assert_doorbells_match(&tx);
     });
 }
+
+#[test]
+fn a_batch_send_raises_the_fd_a_receiver_lowered_during_it() {
+    // The batch's first message finds the receive doorbell up; the
+    // receiver then drains the ring and lowers it; the batch's next
+    // message finds it down, and the batch must raise it again.
+    model(|| {
+        let (tx, rx) = ends(4);
+        tx.send(b"0", Wait::Never).unwrap();
+        let receiver = thread::spawn(move || {
+            let _ = rx.recv(Wait::Never);
+            let _ = rx.recv(Wait::Never);
+            rx
+        });
+        let sent = tx.send_batch([&b"a"[..], &b"b"[..]], Wait::Never).unwrap();
+        assert_eq!(sent, 2);
+        let rx = receiver.join().unwrap();
+        assert_doorbells_match(&rx);
+    });
+}

@@ -177,7 +177,9 @@ impl Channel {
             });
         }
         let deadline = Deadlines::new(wait);
-        let mut flags = Word::NONE;
+        // Some push found the receive doorbell down: it is raised once,
+        // after the batch (a receiver may lower it while the batch runs).
+        let mut saw_recv_down = false;
         let mut n;
         let mut turn = loop {
             if self.broken.load(Ordering::SeqCst) {
@@ -186,7 +188,7 @@ impl Channel {
             let mut turn = self.turn.lock();
             match self.check(self.ring.push(&mut turn, first))? {
                 Pushed::Sent(word) => {
-                    flags = flags.union(word);
+                    saw_recv_down |= !word.has(TAIL_RECV_RAISED);
                     n = 1;
                     break turn;
                 }
@@ -211,7 +213,7 @@ impl Channel {
             }
             match self.check(self.ring.push(&mut turn, msg))? {
                 Pushed::Sent(word) => {
-                    flags = flags.union(word);
+                    saw_recv_down |= !word.has(TAIL_RECV_RAISED);
                     n += 1;
                 }
                 Pushed::Full | Pushed::Closed => break,
@@ -220,7 +222,7 @@ impl Channel {
         self.ring.record_peak(&turn);
         let full = turn.own - turn.seen >= self.capacity() as u64;
         drop(turn);
-        if !flags.has(TAIL_RECV_RAISED) {
+        if saw_recv_down {
             self.bells.request(&self.ring, RECV);
         }
         if full {
