@@ -164,13 +164,13 @@ static inline ssize_t shm_send_fds(int sock, const void *data, size_t len, const
 {
     union {
         struct cmsghdr h;
-        char buf[CMSG_SPACE(sizeof(int) * 16)];
+        char buf[CMSG_SPACE(sizeof(int) * 32)];
     } ctl;
     struct iovec iov = { .iov_base = (void *)data, .iov_len = len };
     struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
     memset(&ctl, 0, sizeof ctl);
     if (nfds > 0) {
-        if (nfds > 16)
+        if (nfds > 32)
             shm_die("shm_send_fds: %d fds", nfds);
         m.msg_control = ctl.buf;
         m.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
@@ -193,7 +193,7 @@ static inline ssize_t shm_recv_fds(int sock, void *data, size_t cap, int *fds, i
 {
     union {
         struct cmsghdr h;
-        char buf[CMSG_SPACE(sizeof(int) * 16)];
+        char buf[CMSG_SPACE(sizeof(int) * 32)];
     } ctl;
     struct iovec iov = { .iov_base = data, .iov_len = cap };
     struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
