@@ -25,10 +25,22 @@
 #   make fuzz      fuzz/fuzz_abi.c under libFuzzer for FUZZ_SECONDS (needs
 #                  clang; installs nothing); `make fuzz-merge` adds what it
 #                  found to fuzz/corpus/
+#   make crash     tests/stress/crash.c: a producer and a consumer process on
+#                  a process-shared channel, one killed (SIGKILL) at a random
+#                  point of every kind of call, CRASH_ROUNDS rounds; what the
+#                  contract promises at a death checked from records that
+#                  outlive it. `make crash-soak`: CRASH_SOAK_ROUNDS (10,000)
+#   make hostile   tests/stress/hostile.c: a well-behaved process against a
+#                  hostile one that rewrites the shared memory and forges
+#                  handovers, HOSTILE_SESSIONS sessions
+#   make hostile-bugs  the library bugs those found, which fail until fixed:
+#                  hostile -b and tests/c/findings_shared.c (`make
+#                  shm-findings` alone)
 # Stages: loom, stress-smoke, leaks-smoke, fuzz-corpus (the corpus replayed
 # through fuzz/driver.c under gcc's ASan+UBSan: no clang needed),
-# sanitize-smoke (the C tests under ASan+UBSan, after a self-test of
-# sanitize.sh's skip lists).
+# sanitize-smoke (the C tests and a short hostile run under ASan+UBSan,
+# after a self-test of sanitize.sh's skip lists), crash-smoke and
+# hostile-smoke (short runs of the two above).
 
 STRESS_MESSAGES       ?= 10000000
 STRESS_SMOKE_MESSAGES ?= 500000
@@ -49,6 +61,18 @@ VALGRIND              ?= valgrind
 
 STRESS_BIN  := $(BUILD)/stress/stress
 LEAKS_BIN   := $(BUILD)/stress/leaks
+CRASH_BIN   := $(BUILD)/stress/crash
+HOSTILE_BIN := $(BUILD)/stress/hostile
+FINDINGS_BIN := $(BUILD)/c/findings_shared
+# Rounds and sessions of the process-shared proofs: a round or a session
+# takes 5 to 50 ms on 2 busy cores.
+CRASH_ROUNDS           ?= 2000
+CRASH_SOAK_ROUNDS      ?= 10000
+CRASH_SMOKE_ROUNDS     ?= 150
+HOSTILE_SESSIONS       ?= 2000
+HOSTILE_SMOKE_SESSIONS ?= 100
+CRASH_ARGS             ?=
+HOSTILE_ARGS           ?=
 FUZZ_DIR    := $(BUILD)/fuzz
 FUZZ_BIN    := $(FUZZ_DIR)/fuzz_abi
 FUZZ_DRIVER := $(FUZZ_DIR)/driver-asan
@@ -69,7 +93,8 @@ SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-
 SANITIZE_ENV = CC="$(CC)" CARGO="$(CARGO)" BUILD="$(BUILD)" PREFIX="$(TEST_PREFIX)" \
                NATIVE_LIBS="$$(cat $(NATIVE_LIBS))" VALGRIND="$(VALGRIND)"
 
-.PHONY: loom loom-mutations stress leaks sanitize fuzz fuzz-merge fuzz-driver
+.PHONY: loom loom-mutations stress leaks sanitize fuzz fuzz-merge fuzz-driver crash crash-soak \
+        hostile hostile-bugs shm-findings
 
 # Stage: loom model checks of the channel's wake-up protocol (tests/loom.rs,
 # and between processes tests/loom_shared.rs), built with --cfg loom in a
@@ -82,7 +107,8 @@ stage-loom loom: | need-cargo
 loom-mutations: | need-cargo need-python3
 	CARGO="$(CARGO)" LOOM_MUTANTS_DIR=$(CURDIR)/$(BUILD)/loom-mutants $(PYTHON3) scripts/loom-mutations.py
 
-$(STRESS_BIN) $(LEAKS_BIN): $(BUILD)/stress/%: tests/stress/%.c $(TEST_STAMP) | need-cc need-pkg-config
+$(STRESS_BIN) $(LEAKS_BIN) $(CRASH_BIN) $(HOSTILE_BIN): $(BUILD)/stress/%: tests/stress/%.c \
+    $(wildcard tests/stress/*.h) $(TEST_STAMP) | need-cc need-pkg-config
 	$(call cc_test,$(STATIC_EVENTQ))
 
 stress: $(STRESS_BIN)
@@ -93,6 +119,34 @@ stress: $(STRESS_BIN)
 stage-stress-smoke: $(STRESS_BIN)
 	$(call timed,$(C_TEST_TIMEOUT)) $(STRESS_BIN) -q -n $(STRESS_SMOKE_MESSAGES)
 	$(call timed,$(C_TEST_TIMEOUT)) $(STRESS_BIN) -q -B -n $(STRESS_SMOKE_BLOCKING_MESSAGES)
+	$(if $(filter crash-smoke,$(STAGES_proofs)),,$(SHM_SMOKES_HERE))
+
+# The stage lists are the Makefile's (STAGES_proofs, TEST_STAGES); until they
+# name crash-smoke and hostile-smoke, stage stress-smoke runs those two.
+SHM_SMOKES_HERE = @echo "stress-smoke runs crash-smoke and hostile-smoke (not in the stage lists yet)"; \
+                  $(MAKE) --no-print-directory -j1 stage-crash-smoke stage-hostile-smoke
+
+# The process-shared channel between real processes: deaths and a hostile peer.
+crash: $(CRASH_BIN)
+	$(call timed,$(STRESS_TIMEOUT)) $(CRASH_BIN) -n $(CRASH_ROUNDS) $(CRASH_ARGS)
+crash-soak: $(CRASH_BIN)
+	$(call timed,$(STRESS_TIMEOUT)) $(CRASH_BIN) -n $(CRASH_SOAK_ROUNDS) $(CRASH_ARGS)
+hostile: $(HOSTILE_BIN)
+	$(call timed,$(STRESS_TIMEOUT)) $(HOSTILE_BIN) -n $(HOSTILE_SESSIONS) $(HOSTILE_ARGS)
+
+# Stages: short runs of each.
+stage-crash-smoke: $(CRASH_BIN)
+	$(call timed,$(C_TEST_TIMEOUT)) $(CRASH_BIN) -q -n $(CRASH_SMOKE_ROUNDS)
+stage-hostile-smoke: $(HOSTILE_BIN)
+	$(call timed,$(C_TEST_TIMEOUT)) $(HOSTILE_BIN) -q -n $(HOSTILE_SMOKE_SESSIONS)
+
+# The library bugs the two found (they fail until it is fixed): their
+# minimal reproducers, then the hostile test with its cases of them.
+shm-findings: $(FINDINGS_BIN)
+	$(call timed,$(C_TEST_TIMEOUT)) $(FINDINGS_BIN)
+hostile-bugs: $(HOSTILE_BIN) $(FINDINGS_BIN)
+	-$(call timed,$(C_TEST_TIMEOUT)) $(FINDINGS_BIN)
+	$(call timed,$(STRESS_TIMEOUT)) $(HOSTILE_BIN) -b -n $(HOSTILE_SMOKE_SESSIONS) $(HOSTILE_ARGS)
 
 # memcheck counts definite and indirect leaks; "possibly lost" is left out:
 # std keeps one 48-byte handle of the main thread (std::thread::current(),

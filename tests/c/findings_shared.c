@@ -41,6 +41,15 @@
  *    four fds are the library's from the call on, on every path".
  *    (With a size below EVENTQ_SHARED_FDS_SIZE_MIN, -EINVAL, they are left
  *    open too; there the library cannot know them.)
+ * 5. After close, a send on a full ring returns -EAGAIN (timeout 0) or
+ *    -ETIMEDOUT, and one with EVENTQ_FOREVER never returns (it spins: each
+ *    wait returns at once on the closed channel's raised doorbell, and the
+ *    push says "full" again). D6: "after close, sends fail with -EPIPE";
+ *    every blocked sender wakes (and returns). Channel::send_batch asks
+ *    ShmRing::push, which reports Full before it looks at TAIL_CLOSED; the
+ *    channel within one process returns -EPIPE. No hostile process needed:
+ *    a consumer that closes the channel while the ring is full, and stops
+ *    receiving, leaves the producer's blocking send spinning.
  */
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -171,6 +180,30 @@ static void doorbell_made_blocking(void)
     pair_free(&p);
 }
 
+static int send_forever(struct pair *p)
+{
+    return eventq_chan_send(p->tx, "y", 1, EVENTQ_FOREVER);
+}
+
+static void closed_while_full(void)
+{
+    struct pair p;
+    pair_new(&p, EVENTQ_SIDE_SEND);
+    for (int i = 0; i < 4; i++)
+        REQUIRE("send", eventq_chan_send(p.tx, "x", 1, 0) == 0);
+    REQUIRE("close", eventq_chan_close(p.rx) == 0); /* the receiving process closes */
+    int rc = eventq_chan_send(p.tx, "y", 1, 0);
+    CHECK_MSG("BUG: after close, a send (timeout 0) on a full ring fails with -EPIPE (D6)",
+              rc == -EPIPE, "returned %d (%s)", rc, eventq_strerror(rc));
+    rc = eventq_chan_send(p.tx, "y", 1, 1000000);
+    CHECK_MSG("BUG: after close, a send (timeout 1 ms) on a full ring fails with -EPIPE (D6)",
+              rc == -EPIPE, "returned %d (%s)", rc, eventq_strerror(rc));
+    rc = in_child(send_forever, &p);
+    CHECK_MSG("BUG: after close, a send (EVENTQ_FOREVER) on a full ring returns -EPIPE (D6)",
+              rc == -EPIPE, rc == 1 ? "it did not return within %d s" : "returned %d", rc == 1 ? HANG_S : rc);
+    pair_free(&p);
+}
+
 static void write_sealed_memfd(void)
 {
     static const int seals[2] = { F_SEAL_WRITE, F_SEAL_FUTURE_WRITE };
@@ -235,6 +268,7 @@ int main(void)
     check_init();
     own_position_rewritten();
     doorbell_made_blocking();
+    closed_while_full();
     write_sealed_memfd();
     import_larger_struct();
     return check_done();
