@@ -34,8 +34,8 @@
 #                  hostile one that rewrites the shared memory and forges
 #                  handovers, HOSTILE_SESSIONS sessions
 #   make hostile-bugs  the library bugs those found, which fail until fixed:
-#                  hostile -b and tests/c/findings_shared.c (`make
-#                  shm-findings` alone)
+#                  tests/c/findings_shared.c (`make shm-findings` alone),
+#                  fuzz/findings/ replayed with FUZZ_SHARED_BUGS=1, hostile -b
 # Stages: loom, stress-smoke, leaks-smoke, fuzz-corpus (the corpus replayed
 # through fuzz/driver.c under gcc's ASan+UBSan: no clang needed),
 # sanitize-smoke (the C tests and a short hostile run under ASan+UBSan,
@@ -144,8 +144,11 @@ stage-hostile-smoke: $(HOSTILE_BIN)
 # minimal reproducers, then the hostile test with its cases of them.
 shm-findings: $(FINDINGS_BIN)
 	$(call timed,$(C_TEST_TIMEOUT)) $(FINDINGS_BIN)
-hostile-bugs: $(HOSTILE_BIN) $(FINDINGS_BIN)
+hostile-bugs: $(HOSTILE_BIN) $(FINDINGS_BIN) $(FUZZ_DRIVER)
 	-$(call timed,$(C_TEST_TIMEOUT)) $(FINDINGS_BIN)
+	-@for f in fuzz/findings/*; do \
+	  if FUZZ_SHARED_BUGS=1 $(call timed,10) $(FUZZ_DRIVER) $$f >/dev/null 2>&1; \
+	  then echo "fuzz/findings: $$f passes (fixed?)"; else echo "fuzz/findings: $$f fails (FUZZ_SHARED_BUGS=1)"; fi; done
 	$(call timed,$(STRESS_TIMEOUT)) $(HOSTILE_BIN) -b -n $(HOSTILE_SMOKE_SESSIONS) $(HOSTILE_ARGS)
 
 # memcheck counts definite and indirect leaks; "possibly lost" is left out:
@@ -166,7 +169,7 @@ stage-leaks-smoke: $(LEAKS_BIN)
 
 # The fuzz target through the plain driver, with gcc's ASan+UBSan when the
 # compiler has them (the driver needs no libFuzzer and no clang).
-$(FUZZ_DRIVER): fuzz/fuzz_abi.c fuzz/driver.c $(TEST_STAMP) | need-cc need-pkg-config
+$(FUZZ_DRIVER): fuzz/fuzz_abi.c fuzz/fuzz_shared.h fuzz/driver.c $(TEST_STAMP) | need-cc need-pkg-config
 	@mkdir -p $(@D)
 	@if echo 'int main(void){return 0;}' | $(CC) $(SAN_FLAGS) -x c - -o $@.probe 2>/dev/null; then \
 	  rm -f $@.probe; san="$(SAN_FLAGS)"; \

@@ -73,7 +73,6 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <sys/syscall.h>
-#include <time.h>
 
 #include "shm.h"
 
@@ -298,28 +297,14 @@ static int end(int rc)
 }
 
 /* Dies with a message the parent prints. */
-#define FAIL(...)                                                                              \
-    do {                                                                                       \
-        snprintf(ME->err, sizeof ME->err, __VA_ARGS__);                                        \
-        shm_die("%s", ME->err);                                                                \
-    } while (0)
-
-static void watchdog_handler(int sig)
-{
-    (void)sig;
-    static const char msg[] = "crash: watchdog: a process hung (no progress for 60 s)\n";
-    if (write(2, msg, sizeof msg - 1) < 0)
-        _exit(2);
-    signal(SIGALRM, SIG_DFL);
-    raise(SIGALRM);
-}
+#define FAIL(...) SHM_FAIL_INTO(ME->err, __VA_ARGS__)
 
 static void child_setup(struct role *me, struct kill_plan *plan, uint64_t seed)
 {
     ME = me;
     PLAN = plan;
     shm_rng_state = seed;
-    signal(SIGALRM, watchdog_handler);
+    shm_watchdog("crash: watchdog: a process hung (no progress for 60 s)\n");
     alarm(WATCHDOG_S);
     killer_start();
 }
@@ -1043,42 +1028,26 @@ static void print_kills(int who)
 
 int main(int argc, char **argv)
 {
-    uint64_t rounds = 200, seed = 1;
-    int opt;
     shm_prog = "crash";
-    while ((opt = getopt(argc, argv, "n:s:qv")) != -1) {
-        switch (opt) {
-        case 'n': rounds = strtoull(optarg, NULL, 0); break;
-        case 's': seed = strtoull(optarg, NULL, 0); break;
-        case 'q': g_quiet = 1; break;
-        case 'v': g_verbose = 1; break;
-        default:
-            fprintf(stderr, "usage: %s [-n ROUNDS] [-s SEED] [-q] [-v]\n", argv[0]);
-            return 2;
-        }
-    }
-    signal(SIGPIPE, SIG_IGN);
+    struct shm_args a = shm_parse(argc, argv, 200, "ROUNDS", 0);
+    g_quiet = a.quiet;
+    g_verbose = a.verbose;
     R = shm_shared_zeroed(sizeof *R);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (uint64_t i = 0; i < rounds; i++) {
-        struct timespec a, b;
-        clock_gettime(CLOCK_MONOTONIC, &a);
-        run_round(i, seed + i);
-        clock_gettime(CLOCK_MONOTONIC, &b);
+    double t0 = shm_seconds();
+    for (uint64_t i = 0; i < a.n; i++) {
+        double t = shm_seconds();
+        run_round(i, a.seed + i);
         if (g_verbose)
-            printf("  round %" PRIu64 ": %.1f ms\n", i,
-                   (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6);
+            printf("  round %" PRIu64 ": %.1f ms\n", i, (shm_seconds() - t) * 1e3);
         if (!g_quiet && !g_verbose && (i + 1) % 1000 == 0) {
             printf("crash: %" PRIu64 " rounds\n", i + 1);
             fflush(stdout);
         }
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
     printf("crash: %" PRIu64 " rounds (seeds %" PRIu64 "..%" PRIu64 ") in %.1f s: producer killed in %"
            PRIu64 ", consumers in %" PRIu64 ", both in %" PRIu64 "; %" PRIu64 " consumer processes\n",
-           T.rounds, seed, seed + rounds - 1, secs, T.by_type[0], T.by_type[1], T.by_type[2], T.consumers);
+           T.rounds, a.seed, a.seed + a.n - 1, shm_seconds() - t0, T.by_type[0], T.by_type[1],
+           T.by_type[2], T.consumers);
     print_kills(0);
     print_kills(1);
     printf("  messages: %" PRIu64 " sent (send returned success), %" PRIu64 " received and checked "

@@ -74,7 +74,6 @@
 #include <stdatomic.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <time.h>
 
 #include "shm.h"
 
@@ -161,21 +160,7 @@ static int known_bug(int what_is_mut, int which)
 
 /* ---- W: the well-behaved process ---- */
 
-#define WFAIL(...)                                                                             \
-    do {                                                                                       \
-        snprintf(REC->werr, sizeof REC->werr, __VA_ARGS__);                                    \
-        shm_die("W: %s", REC->werr);                                                           \
-    } while (0)
-
-static void w_watchdog(int sig)
-{
-    (void)sig;
-    static const char msg[] = "hostile: W hung in a call (watchdog)\n";
-    if (write(2, msg, sizeof msg - 1) < 0)
-        _exit(2);
-    signal(SIGALRM, SIG_DFL);
-    raise(SIGALRM);
-}
+#define WFAIL(...) SHM_FAIL_INTO(REC->werr, __VA_ARGS__)
 
 /* One end W uses, with what it knows of it. */
 struct end {
@@ -521,11 +506,7 @@ static void drive(struct end *e, int n)
 
 /* ---- H: the hostile process ---- */
 
-#define HFAIL(...)                                                                             \
-    do {                                                                                       \
-        snprintf(REC->herr, sizeof REC->herr, __VA_ARGS__);                                    \
-        shm_die("H: %s", REC->herr);                                                           \
-    } while (0)
+#define HFAIL(...) SHM_FAIL_INTO(REC->herr, __VA_ARGS__)
 
 struct mapping {
     int mem, sealed;
@@ -1132,7 +1113,7 @@ static void session(uint64_t i, uint64_t seed)
     if (w == 0) {
         shm_prog = "hostile W";
         shm_rng_state = wseed;
-        signal(SIGALRM, w_watchdog);
+        shm_watchdog("hostile: W hung in a call (watchdog)\n");
         if (handover)
             w_take(sv[1], lie, as_fds, cap, max_msg ? max_msg : MSG_DEFAULT, nops);
         else
@@ -1188,32 +1169,18 @@ static void session(uint64_t i, uint64_t seed)
 
 int main(int argc, char **argv)
 {
-    uint64_t n = 40, seed = 1;
-    int quiet = 0, opt;
     shm_prog = "hostile";
-    while ((opt = getopt(argc, argv, "n:s:qvb")) != -1) {
-        switch (opt) {
-        case 'n': n = strtoull(optarg, NULL, 0); break;
-        case 's': seed = strtoull(optarg, NULL, 0); break;
-        case 'q': quiet = 1; break;
-        case 'v': g_verbose = 1; break;
-        case 'b': g_bugs = 1; break;
-        default:
-            fprintf(stderr, "usage: %s [-n SESSIONS] [-s SEED] [-q] [-v] [-b]\n", argv[0]);
-            return 2;
-        }
-    }
-    signal(SIGPIPE, SIG_IGN);
+    struct shm_args a = shm_parse(argc, argv, 40, "SESSIONS", 1);
+    int quiet = a.quiet;
+    g_verbose = a.verbose;
+    g_bugs = a.bugs;
     REC = shm_shared_zeroed(sizeof *REC);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (uint64_t i = 0; i < n; i++)
-        session(i, seed + i);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    double t0 = shm_seconds();
+    for (uint64_t i = 0; i < a.n; i++)
+        session(i, a.seed + i);
     printf("hostile: %" PRIu64 " sessions (seeds %" PRIu64 "..%" PRIu64 ") in %.1f s: %" PRIu64
            " with a hostile mapping, %" PRIu64 " with a hostile handover%s\n",
-           T.sessions, seed, seed + n - 1, secs, T.mapping, T.handover,
+           T.sessions, a.seed, a.seed + a.n - 1, shm_seconds() - t0, T.mapping, T.handover,
            g_bugs ? " (known-bug cases included)" : "");
     printf("  W: %" PRIu64 " calls, %" PRIu64 " messages (longest %" PRIu64 " bytes, never over the limit), "
            "%" PRIu64 " ends broken by -EPROTO (then read as closed), %" PRIu64 " successor ends, %"

@@ -26,6 +26,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <eventq.h>
@@ -75,6 +76,35 @@ static inline void shm_die(const char *fmt, ...)
     fprintf(stderr, "\n");
     fflush(stderr);
     _exit(1);
+}
+
+/* Records a failure in `buf` (shared memory its parent reads after the
+ * death) and dies with it. */
+#define SHM_FAIL_INTO(buf, ...)                                                                \
+    do {                                                                                       \
+        snprintf((buf), sizeof(buf), __VA_ARGS__);                                             \
+        shm_die("%s", (buf));                                                                  \
+    } while (0)
+
+/* The watchdog's word on a hang, then death by SIGALRM (its parent reports it). */
+static const char *shm_watchdog_msg = "watchdog: hung\n";
+static size_t shm_watchdog_len;
+
+static inline void shm_watchdog_handler(int sig)
+{
+    (void)sig;
+    if (write(2, shm_watchdog_msg, shm_watchdog_len) < 0)
+        _exit(2);
+    signal(SIGALRM, SIG_DFL);
+    raise(SIGALRM);
+}
+
+/* Says `msg` when alarm(2) fires (which the caller arms). */
+static inline void shm_watchdog(const char *msg)
+{
+    shm_watchdog_msg = msg;
+    shm_watchdog_len = strlen(msg);
+    signal(SIGALRM, shm_watchdog_handler);
 }
 
 #define SHM_SYS(expr)                                                                          \
@@ -302,6 +332,44 @@ static inline const char *shm_status(int st, char *buf, size_t len)
     else
         snprintf(buf, len, "status 0x%x", st);
     return buf;
+}
+
+/* ---- the command line and the clock ---- */
+
+struct shm_args {
+    uint64_t n, seed;
+    int quiet, verbose, bugs;
+};
+
+/* Parses [-n N] [-s SEED] [-q] [-v] (and [-b] when `bugs_flag`); `what`
+ * names N in the usage line. */
+static inline struct shm_args shm_parse(int argc, char **argv, uint64_t n, const char *what, int bugs_flag)
+{
+    struct shm_args a = { .n = n, .seed = 1 };
+    int opt;
+    while ((opt = getopt(argc, argv, bugs_flag ? "n:s:qvb" : "n:s:qv")) != -1) {
+        switch (opt) {
+        case 'n': a.n = strtoull(optarg, NULL, 0); break;
+        case 's': a.seed = strtoull(optarg, NULL, 0); break;
+        case 'q': a.quiet = 1; break;
+        case 'v': a.verbose = 1; break;
+        case 'b': a.bugs = 1; break;
+        default:
+            fprintf(stderr, "usage: %s [-n %s] [-s SEED] [-q] [-v]%s\n", argv[0], what,
+                    bugs_flag ? " [-b]" : "");
+            exit(2);
+        }
+    }
+    signal(SIGPIPE, SIG_IGN);
+    return a;
+}
+
+/* Seconds on the monotonic clock (for the rate printed; never a condition). */
+static inline double shm_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
 /* ---- return codes, tallied by the parent ---- */
