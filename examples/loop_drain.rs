@@ -3,8 +3,8 @@
 //! a channel holding 4096 messages is drained by a loop with one channel
 //! source (a light callback), then refilled and drained by bare
 //! `recv_into` calls; best of 300 rounds each, in ns a message. The
-//! difference is what the loop adds per message (docs/design.md, the loop's
-//! channel sources).
+//! difference is what the loop adds per message
+//! (docs/decisions/0016-loop-dispatch-one-catch-unwind-and-a-buffer-swap.md).
 //!
 //! `cargo run --release --example loop_drain [SIZE...]` (default 8 1024;
 //! `BUDGET=N` sets the source's budget)

@@ -1247,9 +1247,20 @@ int eventq_loop_add_memcg(const struct eventq_loop *lp,
  * defaults), except that `max_msg_size` defaults to 4096 (at most 16 MiB:
  * every slot holds a whole message, in a memfd of about `capacity *
  * max_msg_size` bytes, resident as messages reach it), and `max_bytes`
- * and `drop_fn` must be unset (-EINVAL). What holds between processes,
- * and when one dies, is in eventq(7) and docs/design.md ("Between
- * processes").
+ * and `drop_fn` must be unset (-EINVAL).
+ *
+ * Between the two processes D1-D9 hold as in one, except that each fd to
+ * poll is an epoll fd (no EPOLLEXCLUSIVE on it; readable also once the
+ * other process is gone) and close from either closes it for both. When a
+ * process dies, at any instruction, the other never wedges: if the sender
+ * dies, every message whose send returned is delivered once, then the
+ * receiver sees end of stream (-EPIPE) on a readable fd; if the receiver
+ * dies, the messages its receives had taken go with it, the rest stay for
+ * the next process given its end, and a send on a full ring fails with
+ * -EPIPE. The other process is untrusted: a shared word out of range
+ * fails the call with -EPROTO and closes the channel on this side, never
+ * a fault or a hang. The full text is in eventq(7) and docs/design.md
+ * ("Between processes").
  *
  * Thread safety: any thread.
  */
@@ -1301,8 +1312,10 @@ int eventq_chan_export_fds(const struct eventq_chan *chan,
  * Takes an end of a process-shared channel from the fds in `*fds`, `size`
  * bytes long (pass `sizeof *fds`), as `eventq_chan_export_fds` wrote them
  * in another process, and writes a handle to it to `*out`. The four fds
- * are the library's from the call on, on every path: owned by the handle,
- * or closed if the call fails. They are checked as `eventq_chan_recv_from`
+ * are the library's from the call on, on every path once `fds` and `size`
+ * are valid (-EINVAL for NULL or a size below EVENTQ_SHARED_FDS_SIZE_MIN,
+ * which leave them alone): owned by the handle, or closed if the call
+ * fails. They are checked as `eventq_chan_recv_from`
  * checks what it receives (-EPROTO).
  *
  * Thread safety: any thread.

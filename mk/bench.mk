@@ -2,7 +2,7 @@
 # The benchmarks and their smoke stages. No timing is ever checked by a
 # stage: the smoke runs use tiny counts and judge delivery only.
 #
-#   make bench           bench-blocking and bench-peers, then
+#   make bench           bench-blocking, bench-peers and bench-ipc, then
 #                        benches/side_by_side.rs in a
 #                        release build: libeventq (epoll, loop and blocking
 #                        paths) against crossbeam-channel, a semaphore-eventfd
@@ -39,6 +39,35 @@
 #                        program says so with its apt-get line (.ci/run
 #                        installs all four). PEERS_ARGS: --msgs N, --reps N,
 #                        --filter TEXT.
+#   make bench-ipc       benches/ipc/*.c (with benches/peers/common.c and
+#                        the peers' configure.sh flags): libeventq's
+#                        process-shared channel between processes against
+#                        Unix SOCK_SEQPACKET, a pipe, ZeroMQ and nng over
+#                        ipc://, with the in-process channel (threads) as
+#                        the reference (the shared channel's consumer
+#                        level-triggered, and EPOLLET in a row of its own);
+#                        1P1C and 4P1C producer processes,
+#                        8-byte and 1 KiB messages, each row a timed window
+#                        (0.5 s), repetitions interleaved; then idle-gap
+#                        ping latency (one way, 1 ms gaps); the targets
+#                        judged on the spread of per-repetition ratios
+#                        (met, unsettled or MISSED). About 2.5 minutes.
+#                        IPC_ARGS: --reps N, --seconds S, --ping N,
+#                        --filter TEXT. IPC_ICEORYX2=1 runs
+#                        bench-ipc-iceoryx2 after it.
+#   make bench-ipc-iceoryx2
+#                        benches/ipc-iceoryx2, a crate of its own (not a
+#                        dependency of libeventq's): iceoryx2's
+#                        publish-subscribe against the shared channel,
+#                        through their Rust APIs, the same configurations.
+#                        Its first build fetches and compiles iceoryx2 from
+#                        crates.io (about 90 crates, a minute or two on 2
+#                        CPUs). IPC_ICEORYX2_ARGS: --reps N, --seconds S,
+#                        --only TEXT.
+#   make bench-ipc-wakes benches/ipc/repro/empty_wakes.c: how often a shared
+#                        channel's receive fd wakes a consumer with nothing
+#                        to receive, level-triggered then EPOLLET.
+#                        IPC_WAKES_ARGS: N SIZE GAP_US (default 1000 8 1000).
 #   make bench-go        the Go binding against Go's buffered channel
 #                        (bindings/go/bench_test.go), linked to the test
 #                        install. GO_BENCH_ARGS (default -bench . -count 5).
@@ -52,7 +81,9 @@
 # blocking-bench-smoke (blocking --smoke), bench-peers-smoke (peers --smoke:
 # every message exactly once, whole and in order; then --selftest: faults
 # injected into the streams, lost, duplicated, swapped, corrupted or short
-# messages, must each be reported).
+# messages, must each be reported), bench-ipc-smoke (ipc --smoke: every
+# message between the processes exactly once, whole and in order, and the
+# pings).
 
 BENCH_ARGS    ?=
 BLOCKING_ARGS ?=
@@ -62,11 +93,20 @@ BENCH_PY_ARGS ?=
 PEERS_BUILD := $(BUILD)/bench-peers
 PEERS_BIN   := $(PEERS_BUILD)/peers
 PEERS_SRCS  := $(sort $(wildcard benches/peers/*.c))
+IPC_ARGS    ?=
+IPC_ICEORYX2 ?= 0
+IPC_ICEORYX2_ARGS ?=
+IPC_BIN     := $(BUILD)/bench-ipc/ipc
+IPC_SRCS    := $(sort $(wildcard benches/ipc/*.c)) benches/peers/common.c
+IPC_IOX_DIR := benches/ipc-iceoryx2
+IPC_WAKES_ARGS ?= 1000 8 1000
+IPC_WAKES_BIN  := $(BUILD)/bench-ipc/empty_wakes
 
-.PHONY: bench bench-blocking bench-peers bench-go bench-python
+.PHONY: bench bench-blocking bench-peers bench-ipc bench-ipc-iceoryx2 bench-ipc-wakes bench-go \
+        bench-python
 
 # The prerequisites run first, in this order.
-bench: bench-blocking bench-peers | need-cargo
+bench: bench-blocking bench-peers bench-ipc | need-cargo
 	$(CARGO) bench --bench side_by_side -- $(BENCH_ARGS)
 	$(CARGO) bench --bench footprint
 
@@ -76,13 +116,37 @@ bench-blocking: | need-cargo
 $(PEERS_BUILD)/cflags: FORCE | need-cc need-pkg-config
 	@CC="$(CC)" PKG_CONFIG="$(PKG_CONFIG)" benches/peers/configure.sh $(PEERS_BUILD)
 $(PEERS_BUILD)/libs: $(PEERS_BUILD)/cflags
-$(PEERS_BIN): $(PEERS_SRCS) benches/peers/peers.h $(PEERS_BUILD)/cflags $(PEERS_BUILD)/libs \
-              $(TEST_STAMP) | need-cc need-pkg-config
+$(PEERS_BIN): $(PEERS_SRCS) benches/peers/peers.h benches/peers/drain.h $(PEERS_BUILD)/cflags \
+              $(PEERS_BUILD)/libs $(TEST_STAMP) | need-cc need-pkg-config
 	$(CC) $(C_STD_FLAGS) $(CFLAGS) $(call pc_test,--cflags) $$(cat $(PEERS_BUILD)/cflags) \
 	  $(PEERS_SRCS) -o $@ $(call pc_test,--libs) $$(cat $(PEERS_BUILD)/libs) -lm \
 	  $(RPATH_TEST) $(LDFLAGS)
 bench-peers: $(PEERS_BIN)
 	$(PEERS_BIN) $(PEERS_ARGS)
+
+$(IPC_BIN): $(IPC_SRCS) benches/ipc/ipc.h benches/peers/peers.h benches/peers/drain.h \
+            $(PEERS_BUILD)/cflags $(PEERS_BUILD)/libs $(TEST_STAMP) | need-cc need-pkg-config
+	@mkdir -p $(@D)
+	$(CC) $(C_STD_FLAGS) $(CFLAGS) $(call pc_test,--cflags) $$(cat $(PEERS_BUILD)/cflags) \
+	  $(IPC_SRCS) -o $@ $(call pc_test,--libs) $$(cat $(PEERS_BUILD)/libs) -lm \
+	  $(RPATH_TEST) $(LDFLAGS)
+bench-ipc: $(IPC_BIN)
+	$(IPC_BIN) $(IPC_ARGS)
+ifeq ($(IPC_ICEORYX2),1)
+	$(MAKE) bench-ipc-iceoryx2
+endif
+
+$(IPC_WAKES_BIN): benches/ipc/repro/empty_wakes.c $(TEST_STAMP) | need-cc need-pkg-config
+	@mkdir -p $(@D)
+	$(CC) $(C_STD_FLAGS) $(CFLAGS) $(call pc_test,--cflags) $< -o $@ $(call pc_test,--libs) \
+	  $(RPATH_TEST) $(LDFLAGS)
+bench-ipc-wakes: $(IPC_WAKES_BIN)
+	$(IPC_WAKES_BIN) $(IPC_WAKES_ARGS)
+	ET=1 $(IPC_WAKES_BIN) $(IPC_WAKES_ARGS)
+
+bench-ipc-iceoryx2: | need-cargo
+	$(CARGO) run --release --manifest-path $(IPC_IOX_DIR)/Cargo.toml \
+	  --target-dir $(BUILD)/ipc-iceoryx2 -- $(IPC_ICEORYX2_ARGS)
 
 bench-go: $(TEST_STAMP) | need-go
 	cd $(GO_DIR) && $(GO_ENV) $(GO) test -run '^$$' -benchmem $(GO_BENCH_ARGS)
@@ -103,3 +167,7 @@ stage-blocking-bench-smoke: | need-cargo
 stage-bench-peers-smoke: $(PEERS_BIN)
 	$(call timed,$(C_TEST_TIMEOUT)) $(PEERS_BIN) --smoke
 	$(call timed,$(C_TEST_TIMEOUT)) $(PEERS_BIN) --selftest
+
+# Stage: the benchmark between processes with tiny counts.
+stage-bench-ipc-smoke: $(IPC_BIN)
+	$(call timed,$(C_TEST_TIMEOUT)) $(IPC_BIN) --smoke

@@ -10,6 +10,17 @@
 #                  example) from PyPI and bindings/python from the tree),
 #                  pointed at the test install, then pytest on
 #                  bindings/python/tests; no tests collected is a failure
+#
+# Each stage first builds tests/cross/producer, the C producer process of
+# the cross-language tests between processes, and passes its path in
+# EVENTQ_CROSS_PRODUCER.
+
+# The C producer, against the test install like the C tests, with the
+# tests' message format from the Go binding's C test helper.
+CROSS_PRODUCER := $(BUILD)/cross/producer
+CTEST_DIR      := bindings/go/internal/ctest
+$(CROSS_PRODUCER): tests/cross/producer.c $(CTEST_DIR)/ctest.c $(CTEST_DIR)/ctest.h $(TEST_STAMP) | need-cc need-pkg-config
+	$(call cc_test,-I$(CTEST_DIR) $(CTEST_DIR)/ctest.c $(call pc_test,--libs) $(RPATH_TEST))
 
 GO      ?= go
 GOFMT   ?= gofmt
@@ -22,7 +33,7 @@ HINT_gofmt = install Go (gofmt comes with it) to check $(GO_DIR)
 # Never fetch a Go toolchain; link and run against the test install.
 GO_ENV = GOTOOLCHAIN=local CGO_ENABLED=1 CC="$(CC)" \
          PKG_CONFIG_PATH=$(TEST_PC_PATH) LD_LIBRARY_PATH=$(TEST_PREFIX)/lib \
-         CGO_LDFLAGS="-g -O2 $(RPATH_TEST)"
+         CGO_LDFLAGS="-g -O2 $(RPATH_TEST)" EVENTQ_CROSS_PRODUCER=$(CURDIR)/$(CROSS_PRODUCER)
 GO_MOD := $(wildcard $(GO_DIR)/go.mod)
 # Whether some file builds only with -tags static (link_static.go).
 GO_STATIC = grep -rlqE '^//go:build .*\bstatic\b' --include='*.go' $(GO_DIR)
@@ -41,7 +52,7 @@ fi
 endef
 
 # Stage: Go bindings: gofmt, vet, test -race (and -tags static if used) on build/prefix.
-stage-go: $(if $(GO_MOD),$(TEST_STAMP)) | $(if $(GO_MOD),need-go need-gofmt)
+stage-go: $(if $(GO_MOD),$(TEST_STAMP) $(CROSS_PRODUCER)) | $(if $(GO_MOD),need-go need-gofmt)
 ifeq ($(GO_MOD),)
 	$(call skip,no $(GO_DIR)/go.mod)
 else
@@ -50,7 +61,7 @@ endif
 
 # Stage (make check): the same without the race detector, which makes the
 # build and the tests several times slower.
-stage-go-unit: $(if $(GO_MOD),$(TEST_STAMP)) | $(if $(GO_MOD),need-go need-gofmt)
+stage-go-unit: $(if $(GO_MOD),$(TEST_STAMP) $(CROSS_PRODUCER)) | $(if $(GO_MOD),need-go need-gofmt)
 ifeq ($(GO_MOD),)
 	$(call skip,no $(GO_DIR)/go.mod)
 else
@@ -68,7 +79,8 @@ PY_SOURCES    := $(shell find $(PY_DIR)/eventq -type f -name '*.py' 2>/dev/null)
 # their C helper with pkg-config. Run from build/, so `import eventq` is the
 # installed package, and without writing bytecode into the tree.
 PY_ENV = EVENTQ_LIBRARY=$(TEST_PREFIX)/lib/$(SONAME) PKG_CONFIG_PATH=$(TEST_PC_PATH) \
-         PKG_CONFIG="$(PKG_CONFIG)" CC="$(CC)" PYTHONDONTWRITEBYTECODE=1
+         PKG_CONFIG="$(PKG_CONFIG)" CC="$(CC)" PYTHONDONTWRITEBYTECODE=1 \
+         EVENTQ_CROSS_PRODUCER=$(CURDIR)/$(CROSS_PRODUCER)
 
 .PHONY: need-python-venv
 
@@ -94,7 +106,7 @@ $(PY_VENV)/.installed: $(PY_VENV)/.tools $(PY_SOURCES)
 	@touch $@
 
 # Stage: the Python binding's tests (the name make test-python is also the group).
-stage-python: $(PY_VENV)/.installed $(TEST_STAMP) | need-cc need-pkg-config
+stage-python: $(PY_VENV)/.installed $(TEST_STAMP) $(CROSS_PRODUCER) | need-cc need-pkg-config
 	@cd $(BUILD) && $(PY_ENV) $(PY) -m pytest -p no:cacheprovider --timeout $(PY_TIMEOUT) \
 	  $(PYTEST_ARGS) $(CURDIR)/$(PY_DIR)/tests; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; exit 1; fi; exit $$rc

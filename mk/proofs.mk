@@ -100,7 +100,8 @@ SANITIZE_ENV = CC="$(CC)" CARGO="$(CARGO)" BUILD="$(BUILD)" PREFIX="$(TEST_PREFI
 # and between processes tests/loom_shared.rs), built with --cfg loom in a
 # target dir of their own. Optimised: loom runs the models' code many
 # thousands of times, and a debug build is ~20x slower.
-stage-loom loom: | need-cargo
+stage-loom loom: | need-cargo need-python3
+	$(PYTHON3) scripts/loom-mutations.py --check
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(CARGO_TARGET_DIR)/loom \
 	  $(CARGO) test --release --test loom --test loom_shared
 

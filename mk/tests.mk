@@ -56,7 +56,7 @@ RUST_USER_DIR = $(CURDIR)/$(BUILD)/rust-user
 stage-rust-user: | need-cargo
 	@mkdir -p $(BUILD)
 	@$(CARGO) package --list --allow-dirty > $(BUILD)/package-list.txt
-	@if grep -Ev '^(src/|build\.rs|cbindgen\.toml|README\.md|CHANGELOG\.md|LICENSE-|docs/design\.md|Cargo\.(toml|toml\.orig|lock)$$|\.cargo_vcs_info\.json$$)' \
+	@if grep -Ev '^(src/|build\.rs|cbindgen\.toml|README\.md|CHANGELOG\.md|LICENSE-|docs/design\.md|docs/decisions/[0-9A-Za-z-]+\.md|Cargo\.(toml|toml\.orig|lock)$$|\.cargo_vcs_info\.json$$)' \
 	    $(BUILD)/package-list.txt; then echo "error: cargo package would ship the files above" >&2; exit 1; fi
 	@echo "cargo package ships $$(wc -l < $(BUILD)/package-list.txt) files: sources, build script, docs, licences"
 	@dir=$$(mktemp -d /tmp/eventq-rust-user.XXXXXX) && trap 'rm -rf "$$dir"' EXIT && \

@@ -397,6 +397,31 @@ fn a_refused_sender_gets_an_edge_when_room_comes() {
     });
 }
 
+/// A send refused by the byte limit while the ring has slots to spare:
+/// nothing lowered the send fd (the ring is not full), so the refusal must
+/// lower it, or no raise follows when the bytes are given back and the
+/// waiter sleeps with room.
+#[test]
+fn a_sender_refused_by_the_byte_limit_gets_an_edge_when_room_comes() {
+    model(|| {
+        let chan = opened(Options::new(4).max_bytes(4));
+        chan.send(b"aaa", Wait::Never).unwrap();
+        let rx = chan.clone();
+        let receiver = thread::spawn(move || rx.recv(Wait::Never).is_ok());
+        let seen = chan.doorbell_writes().1;
+        let refused = matches!(chan.send(b"bb", Wait::Never), Err(Error::WouldBlock));
+        receiver.join().unwrap();
+        let s = chan.stats();
+        // Low water in bytes is max_bytes / 2 = 2: room by the fd's rule.
+        if refused && s.pending_bytes <= 2 {
+            assert!(
+                chan.doorbell_writes().1 > seen,
+                "edge: a sender refused by the byte limit got no event, with {s:?}"
+            );
+        }
+    });
+}
+
 #[test]
 fn every_end_of_stream_report_writes_the_receive_fd() {
     // Consumers registered with EPOLLEXCLUSIVE: the kernel wakes one of them

@@ -224,3 +224,55 @@ fn a_process_that_dies_in_the_middle_of_a_raise_is_recovered() {
         assert_eq!(rx.doorbells(), (false, true), "D4/D5 after recovery");
     });
 }
+
+#[test]
+fn a_process_that_dies_in_the_middle_of_a_lower_is_recovered() {
+    // The receiver holds the doorbell lock, takes the only message (its
+    // own request to lower the receive doorbell waits for the lock it
+    // holds), clears the flag and dies before reading the eventfd. Once
+    // the sender sees the death, the fd must be down again: nothing is
+    // pending.
+    model(|| {
+        let (tx, rx) = ends(2);
+        tx.send(b"a", Wait::Never).unwrap();
+        let dying = thread::spawn(move || {
+            rx.model_die_holding_the_lock();
+            assert_eq!(rx.recv(Wait::Never).unwrap(), b"a");
+            rx.model_die_mid_lower();
+        });
+        dying.join().unwrap();
+        tx.model_peer_died();
+        assert_eq!(tx.doorbells(), (false, true), "D4/D5 after recovery");
+    });
+}
+
+#[test]
+fn a_refused_sender_gets_an_edge_though_room_came_before_its_request_was_served() {
+    // A receiver holds the doorbell lock (lowering the receive fd after it
+    // emptied the queue) while the sender fills the ring and is refused:
+    // both of the sender's requests wait for that holder. Another receiver
+    // then makes room, so when the holder serves them the send fd is due
+    // up and stays up: the refused sender's edge is the write its request
+    // asked for, not a raise.
+    model3(|| {
+        let (tx, rx) = ends(2);
+        tx.send(b"0", Wait::Never).unwrap();
+        let rx2 = rx.clone();
+        let first = thread::spawn(move || rx.recv(Wait::Never).is_ok());
+        let second = thread::spawn(move || rx2.recv(Wait::Never).is_ok());
+        let _ = tx.send(b"1", Wait::Never);
+        let _ = tx.send(b"2", Wait::Never);
+        let seen = tx.doorbell_writes().1;
+        let refused = matches!(tx.send(b"3", Wait::Never), Err(Error::WouldBlock));
+        first.join().unwrap();
+        second.join().unwrap();
+        let s = tx.stats();
+        if refused && s.pending <= 1 {
+            assert!(
+                tx.doorbell_writes().1 > seen,
+                "D9: a refused sender got no event, with {s:?}"
+            );
+        }
+        assert_doorbells_match(&tx);
+    });
+}

@@ -204,7 +204,19 @@ fn exported_fds_make_the_other_end() {
     let tx = Chan::new_shared(Options::new(4), Side::Send).unwrap();
     let fds = tx.export_fds().unwrap();
     assert_eq!(fds.side, Side::Receive);
+    // As a child's dup2 leaves them: inheritable. The end taken from them
+    // holds them close-on-exec again.
+    let raw = [&fds.mem, &fds.recv_bell, &fds.send_bell, &fds.link].map(|fd| fd.as_raw_fd());
+    for fd in raw {
+        // SAFETY: fcntl on fds this test owns.
+        assert_eq!(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }, 0);
+    }
     let rx = Chan::import_fds(fds).unwrap();
+    for fd in raw {
+        // SAFETY: as above; the fds are the channel's now, still open.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+        assert_ne!(flags & libc::FD_CLOEXEC, 0, "fd {fd} inheritable");
+    }
     tx.send(b"inherited", Wait::Never).unwrap();
     assert_eq!(rx.recv(Wait::Never).unwrap(), b"inherited");
 }

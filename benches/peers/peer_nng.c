@@ -9,9 +9,7 @@
  * socket's NNG_OPT_RECVBUF, CAPACITY more (shared by all producers).
  *
  * The consumer waits on the pull socket's NNG_OPT_RECVFD in its own epoll
- * set (nng raises it while a message can be received and lowers it when
- * none is left: a level) and receives with nng_recvmsg(NNG_FLAG_NONBLOCK)
- * until NNG_EAGAIN, reading each message in place.
+ * set (a level) and drains it as drain.h's nng_drain says.
  *
  * nng has no linger: closing a push socket may drop what it still buffers,
  * so push sockets are closed only once the consumer has everything.
@@ -26,6 +24,7 @@
 #include <nng/protocol/pipeline0/pull.h>
 #include <nng/protocol/pipeline0/push.h>
 
+#include "drain.h"
 #include "peers.h"
 
 struct nq {
@@ -79,27 +78,7 @@ static void nsend(void *tx, const void *msg, size_t len)
 static void consume(void *st, struct tally *t)
 {
     struct nq *n = st;
-    int fd;
-    ncheck(nng_socket_get_int(n->pull, NNG_OPT_RECVFD, &fd), "NNG_OPT_RECVFD");
-    int ep = epoll_for(fd, 0);
-    t->wakes = 0;
-    for (;;) {
-        epoll_wait1(ep);
-        t->wakes++;
-        for (;;) {
-            nng_msg *m;
-            int rc = nng_recvmsg(n->pull, &m, NNG_FLAG_NONBLOCK);
-            if (rc == NNG_EAGAIN)
-                break;
-            ncheck(rc, "nng_recvmsg");
-            int done = tally_msg(t, nng_msg_body(m), nng_msg_len(m));
-            nng_msg_free(m);
-            if (done)
-                goto done;
-        }
-    }
-done:
-    close(ep);
+    nng_drain(n->pull, &t->wakes, tally_take, t);
 }
 
 static void teardown(void *st, char *note, size_t cap)

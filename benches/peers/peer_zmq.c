@@ -6,11 +6,8 @@
  * message). Bounded by the high-water marks: SNDHWM + RCVHWM of 512 each,
  * which ZeroMQ adds up for an inproc pipe: CAPACITY messages per producer.
  *
- * The consumer waits on the PULL socket's ZMQ_FD in its own epoll set. That
- * fd signals edges, not a level: it is registered with EPOLLET, and after
- * each wake-up the consumer asks ZMQ_EVENTS, receives with ZMQ_DONTWAIT
- * until EAGAIN (zmq_msg_recv, no copy), and asks ZMQ_EVENTS again; only
- * when it no longer reports ZMQ_POLLIN does it go back to epoll_wait.
+ * The consumer waits on the PULL socket's ZMQ_FD in its own epoll set,
+ * edge-triggered, and drains it as drain.h's zmq_drain says.
  */
 #ifdef PEERS_HAVE_ZMQ
 
@@ -22,6 +19,7 @@
 
 #include <zmq.h>
 
+#include "drain.h"
 #include "peers.h"
 
 #define HWM 512
@@ -90,39 +88,7 @@ static void producer_close(void *tx)
 static void consume(void *st, struct tally *t)
 {
     struct zq *z = st;
-    int fd;
-    size_t sz = sizeof fd;
-    zcheck(zmq_getsockopt(z->pull, ZMQ_FD, &fd, &sz), "ZMQ_FD");
-    int ep = epoll_for(fd, EPOLLET);
-    zmq_msg_t m;
-    zcheck(zmq_msg_init(&m), "zmq_msg_init");
-    t->wakes = 0;
-    for (;;) {
-        epoll_wait1(ep);
-        t->wakes++;
-        for (;;) {
-            int ev;
-            sz = sizeof ev;
-            zcheck(zmq_getsockopt(z->pull, ZMQ_EVENTS, &ev, &sz), "ZMQ_EVENTS");
-            if (!(ev & ZMQ_POLLIN))
-                break;
-            for (;;) {
-                if (zmq_msg_recv(&m, z->pull, ZMQ_DONTWAIT) < 0) {
-                    int e = zmq_errno();
-                    if (e == EAGAIN)
-                        break;
-                    if (e == EINTR)
-                        continue;
-                    die("zmq_msg_recv: %s", zmq_strerror(e));
-                }
-                if (tally_msg(t, zmq_msg_data(&m), zmq_msg_size(&m)))
-                    goto done;
-            }
-        }
-    }
-done:
-    zmq_msg_close(&m);
-    close(ep);
+    zmq_drain(z->pull, &t->wakes, tally_take, t);
 }
 
 static void teardown(void *st, char *note, size_t cap)
@@ -144,19 +110,10 @@ static const struct peer zmq_pushpull = {
     .teardown = teardown,
 };
 
-static const char *version(void)
-{
-    static char v[32];
-    int major, minor, patch;
-    zmq_version(&major, &minor, &patch);
-    snprintf(v, sizeof v, "%d.%d.%d", major, minor, patch);
-    return v;
-}
-
 static const struct peer *const rows[] = {&zmq_pushpull};
 const struct family family_zmq = {
     .name = "ZeroMQ",
-    .version = version,
+    .version = zmq_version_str,
     .rows = rows,
     .nrows = 1,
 };

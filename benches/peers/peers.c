@@ -46,56 +46,7 @@
 
 #include "peers.h"
 
-/* --- helpers shared with the peer files ----------------------------------- */
-
-void die(const char *fmt, ...)
-{
-    va_list ap;
-    fflush(stdout);
-    fputs("bench-peers: error: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    exit(2);
-}
-
-void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p)
-        die("out of memory (%zu bytes)", n);
-    return p;
-}
-
-int epoll_for(int fd, uint32_t extra)
-{
-    int ep = epoll_create1(EPOLL_CLOEXEC);
-    if (ep < 0)
-        die("epoll_create1: %s", strerror(errno));
-    struct epoll_event ev = {.events = EPOLLIN | extra, .data.fd = fd};
-    if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0)
-        die("epoll_ctl: %s", strerror(errno));
-    return ep;
-}
-
-void epoll_wait1(int ep)
-{
-    struct epoll_event ev;
-    while (epoll_wait(ep, &ev, 1, -1) < 0)
-        if (errno != EINTR)
-            die("epoll_wait: %s", strerror(errno));
-}
-
-void tally_fail(struct tally *t, const char *fmt, ...)
-{
-    if (t->bad++ == 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(t->first_bad, sizeof t->first_bad, fmt, ap);
-        va_end(ap);
-    }
-}
+const char *const bench_prog = "bench-peers";
 
 /* --- the libraries --------------------------------------------------------- */
 
@@ -163,13 +114,6 @@ static int row_index(const struct peer *p)
 
 /* --- configuration --------------------------------------------------------- */
 
-struct group {
-    int producers;
-    size_t size;
-};
-/* Sizes outer, topologies inner, as the Rust bench orders its tables. */
-static const struct group GROUPS[] = {{1, 8}, {4, 8}, {1, 1024}, {4, 1024}};
-#define NGROUPS (int)(sizeof GROUPS / sizeof GROUPS[0])
 #define MAX_REPS 100
 
 static struct {
@@ -180,20 +124,9 @@ static struct {
     const char *filter;
 } cfg;
 
-/* Whether --filter (alternatives separated by '|') lets row `name` run. */
 static int filtered_in(const char *name)
 {
-    if (!cfg.filter)
-        return 1;
-    for (const char *f = cfg.filter;;) {
-        const char *bar = strchr(f, '|');
-        size_t n = bar ? (size_t)(bar - f) : strlen(f);
-        if (!n || memmem(name, strlen(name), f, n))
-            return 1;
-        if (!bar)
-            return 0;
-        f = bar + 1;
-    }
+    return filter_match(cfg.filter, name);
 }
 
 static void usage(void)
@@ -220,9 +153,7 @@ static void parse_args(int argc, char **argv)
         else
             usage();
     }
-    const char *env = getenv("EVENTQ_BENCH_SMOKE");
-    if (env && *env && strcmp(env, "0"))
-        cfg.smoke = 1;
+    cfg.smoke |= smoke_from_env();
     if ((msgs != -1 && msgs < 1) || (reps != -1 && (reps < 1 || reps > MAX_REPS)))
         usage();
     cfg.msgs = msgs > 0 ? (uint64_t)msgs : cfg.smoke ? 4000 : 500000;
@@ -232,56 +163,6 @@ static void parse_args(int argc, char **argv)
 static void group_name(const struct group *g, char *buf, size_t cap)
 {
     snprintf(buf, cap, "%dP1C", g->producers);
-}
-
-/* --- messages -------------------------------------------------------------- */
-
-static uint64_t *checksum_k(size_t size)
-{
-    size_t words = size / 8;
-    uint64_t *k = xmalloc(words * sizeof *k);
-    for (size_t i = 0; i < words; i++)
-        k[i] = (i + 1) * UINT64_C(0xD6E8FEB86659FD93);
-    return k;
-}
-
-/* A producer's message buffer: the fill, and the part of the checksum it
- * contributes (constant for the producer). */
-struct msgbuf {
-    unsigned char *d;
-    size_t size;
-    uint64_t base;
-    const uint64_t *k;
-};
-
-static void msg_init(struct msgbuf *m, size_t size, int p, const uint64_t *k)
-{
-    m->d = xmalloc(size);
-    m->size = size;
-    m->k = k;
-    m->base = 0;
-    memset(m->d, 0, size);
-    if (size >= 24) {
-        size_t words = size / 8;
-        for (size_t i = 2; i + 1 < words; i++) {
-            uint64_t w = (uint64_t)(p + 1) * UINT64_C(0x9E3779B97F4A7C15) ^
-                         i * UINT64_C(0xBF58476D1CE4E5B9);
-            memcpy(m->d + 8 * i, &w, 8);
-            m->base += w ^ k[i];
-        }
-    }
-}
-
-static inline void msg_stamp(struct msgbuf *m, int p, uint64_t seq)
-{
-    uint64_t h = (uint64_t)p << SEQ_BITS | seq;
-    memcpy(m->d, &h, 8);
-    if (m->size >= 24) {
-        size_t last = m->size / 8 - 1;
-        uint64_t c = m->base + (h ^ m->k[0]) + (h ^ m->k[last]);
-        memcpy(m->d + 8, &c, 8);
-        memcpy(m->d + 8 * last, &h, 8);
-    }
 }
 
 /* --- one run ---------------------------------------------------------------- */
@@ -312,11 +193,6 @@ struct prod_arg {
     struct run *r;
     int p;
 };
-
-static double ts_sec(const struct timespec *t)
-{
-    return (double)t->tv_sec + (double)t->tv_nsec / 1e9;
-}
 
 static void send_one(struct run *r, void *tx, struct msgbuf *m, int p, uint64_t seq)
 {
@@ -522,17 +398,7 @@ static void run_one(const struct peer *peer, const struct group *g, const char *
     res->wakes = r->tally.wakes < 0 ? -1 : (double)r->tally.wakes / (double)total;
 
     struct tally *t = &r->tally;
-    if (t->bad)
-        snprintf(res->error, sizeof res->error, "%llu bad messages; first: %s",
-                 (unsigned long long)t->bad, t->first_bad);
-    else
-        for (int p = 0; p < P; p++)
-            if (t->next[p] != SEQ_END) {
-                snprintf(res->error, sizeof res->error,
-                         "producer %d: end marker missing after %llu of %llu messages", p,
-                         (unsigned long long)t->next[p], (unsigned long long)t->per_prod);
-                break;
-            }
+    tally_complete(t, res->error, sizeof res->error);
     peer->teardown(r->st, res->note, sizeof res->note);
     pthread_barrier_destroy(&r->start);
     pthread_barrier_destroy(&r->warmed);
@@ -542,105 +408,11 @@ static void run_one(const struct peer *peer, const struct group *g, const char *
     free(r);
 }
 
-/* --- machine and load ---------------------------------------------------------- */
-
-static void read_trim(const char *path, char *buf, size_t cap)
-{
-    FILE *f = fopen(path, "r");
-    buf[0] = 0;
-    if (!f || !fgets(buf, (int)cap, f))
-        snprintf(buf, cap, "?");
-    if (f)
-        fclose(f);
-    size_t n = strlen(buf);
-    while (n && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
-        buf[--n] = 0;
-}
-
-static double load1(char *buf, size_t cap)
-{
-    read_trim("/proc/loadavg", buf, cap);
-    char *end;
-    double v = strtod(buf, &end);
-    return end == buf ? NAN : v;
-}
-
-struct ticks {
-    int ok;
-    unsigned long long busy, steal, own;
-};
-
-/* Busy and steal ticks of the whole machine, and this process's own. */
-static struct ticks cpu_ticks(void)
-{
-    struct ticks t = {0};
-    unsigned long long f[8] = {0};
-    FILE *s = fopen("/proc/stat", "r");
-    if (!s)
-        return t;
-    int n = fscanf(s, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &f[0], &f[1], &f[2],
-                   &f[3], &f[4], &f[5], &f[6], &f[7]);
-    fclose(s);
-    if (n != 8)
-        return t;
-    /* user nice system idle iowait irq softirq steal */
-    t.busy = f[0] + f[1] + f[2] + f[5] + f[6];
-    t.steal = f[7];
-    char buf[1024];
-    read_trim("/proc/self/stat", buf, sizeof buf);
-    char *rest = strrchr(buf, ')');
-    if (!rest)
-        return t;
-    /* After the comm: state is field 3; utime and stime are fields 14, 15. */
-    unsigned long long ut, stt;
-    if (sscanf(rest + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &stt) != 2)
-        return t;
-    t.own = ut + stt;
-    t.ok = 1;
-    return t;
-}
-
-static void machine(char *buf, size_t cap)
-{
-    char model[256] = "?", line[512], os[128];
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    while (f && fgets(line, sizeof line, f)) {
-        if (!strncmp(line, "model name", 10)) {
-            char *c = strchr(line, ':');
-            if (c) {
-                snprintf(model, sizeof model, "%s", c + 2);
-                model[strcspn(model, "\n")] = 0;
-            }
-            break;
-        }
-    }
-    if (f)
-        fclose(f);
-    read_trim("/proc/sys/kernel/osrelease", os, sizeof os);
-    snprintf(buf, cap, "%ld CPUs (%s), Linux %s", sysconf(_SC_NPROCESSORS_ONLN), model, os);
-}
-
 /* --- report -------------------------------------------------------------------- */
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    if (n == 0)
-        return NAN;
-    double tmp[MAX_REPS];
-    memcpy(tmp, v, n * sizeof *v);
-    qsort(tmp, n, sizeof *tmp, cmp_double);
-    return n % 2 ? tmp[n / 2] : (tmp[n / 2 - 1] + tmp[n / 2]) / 2;
-}
 
 /* results[group][row][rep] */
 static struct result *results;
-static int counts[NGROUPS][MAX_ROWS];
+static int counts[N_GROUPS][MAX_ROWS];
 
 static struct result *res_at(int gi, int ri, int rep)
 {
@@ -671,7 +443,7 @@ static void fmt_ratio(char *buf, size_t cap, double a, double b)
 static int selftest(void)
 {
     int missed = 0, runs = 0;
-    for (int gi = 0; gi < NGROUPS; gi++) {
+    for (int gi = 0; gi < N_GROUPS; gi++) {
         char gname[16];
         group_name(&GROUPS[gi], gname, sizeof gname);
         for (int ri = 0; ri < nrows; ri++) {
@@ -709,7 +481,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < NKNOWN; i++)
         if (KNOWN[i].fam)
             add_family(KNOWN[i].fam);
-    results = calloc((size_t)NGROUPS * MAX_ROWS * MAX_REPS, sizeof *results);
+    results = calloc((size_t)N_GROUPS * MAX_ROWS * MAX_REPS, sizeof *results);
     if (!results)
         die("out of memory");
     pthread_t guard;
@@ -719,17 +491,14 @@ int main(int argc, char **argv)
     if (cfg.selftest)
         return selftest();
 
-    char load_start_s[128], load_end_s[128];
-    double load_start = load1(load_start_s, sizeof load_start_s);
-    struct ticks tk0 = cpu_ticks();
-    struct timespec started, ended;
-    clock_gettime(CLOCK_MONOTONIC, &started);
+    struct watch w;
+    watch_start(&w);
 
     int failures = 0;
     char errors[64][640];
     for (int rep = 0; rep < cfg.reps; rep++) {
         fprintf(stderr, "bench-peers: repetition %d/%d\n", rep + 1, cfg.reps);
-        for (int gi = 0; gi < NGROUPS; gi++) {
+        for (int gi = 0; gi < N_GROUPS; gi++) {
             char gname[16];
             group_name(&GROUPS[gi], gname, sizeof gname);
             for (int ri = 0; ri < nrows; ri++) {
@@ -754,10 +523,7 @@ int main(int argc, char **argv)
             }
         }
     }
-    clock_gettime(CLOCK_MONOTONIC, &ended);
-    double elapsed = ts_sec(&ended) - ts_sec(&started);
-    load1(load_end_s, sizeof load_end_s);
-    struct ticks tk1 = cpu_ticks();
+    double elapsed = watch_stop(&w);
 
     char mach[512];
     machine(mach, sizeof mach);
@@ -789,23 +555,7 @@ int main(int argc, char **argv)
            "NOT OPTIMISED (figures not representative)",
 #endif
            (unsigned long long)cfg.msgs, CAPACITY, cfg.reps, elapsed);
-    printf("loadavg at start: %s; at end: %s (the end includes this run's own load)\n",
-           load_start_s, load_end_s);
-    if (tk0.ok && tk1.ok) {
-        double hz = (double)sysconf(_SC_CLK_TCK);
-        double total = elapsed * hz * (double)sysconf(_SC_NPROCESSORS_ONLN);
-        unsigned long long busy = tk1.busy - tk0.busy, own = tk1.own - tk0.own;
-        double others = (double)(busy > own ? busy - own : 0) / total;
-        double steal = (double)(tk1.steal - tk0.steal) / total;
-        printf("during the run, other processes used %.1f%% of the CPUs; hypervisor steal "
-               "%.1f%%\n",
-               others * 100, steal * 100);
-        if (!(load_start < 1.0 && others < 0.05 && steal < 0.05))
-            printf("WARNING: the machine was not quiet (load at start >= 1.0, or others/steal "
-                   ">= 5%%): figures are not from a quiet machine\n");
-    } else {
-        printf("(/proc/stat unreadable: CPU use by other processes unknown)\n");
-    }
+    watch_report(&w);
     printf("\n");
     printf("M msg/s, ns/msg: messages the consumer received in the timed window (after "
            "warm-up) over the time it took; median and min-max of the runs. ctxsw/msg: "
@@ -817,7 +567,7 @@ int main(int argc, char **argv)
            EVENTQ_DEFAULT_BUDGET);
 
     int ref_epoll = row_index(&eq_epoll), ref_loop = row_index(&eq_loop);
-    for (int gi = 0; gi < NGROUPS; gi++) {
+    for (int gi = 0; gi < N_GROUPS; gi++) {
         int any = 0;
         for (int ri = 0; ri < nrows; ri++)
             any |= counts[gi][ri] > 0;
@@ -873,7 +623,7 @@ int main(int argc, char **argv)
 #else
         int ref_uv = -1;
 #endif
-        for (int gi = 0; gi < NGROUPS; gi++) {
+        for (int gi = 0; gi < N_GROUPS; gi++) {
             char gname[16], what[128];
             group_name(&GROUPS[gi], gname, sizeof gname);
             double rl = median_rate(gi, ref_loop);

@@ -52,6 +52,11 @@ struct tally {
     /* Consumer wake-ups (epoll_wait returns, async callbacks, GSource
      * dispatches), counted by peers that can; -1 when not counted. */
     int64_t wakes;
+    /* Per producer, the count its end marker must follow; NULL: per_prod
+     * for every producer. Read only at an end marker, so a producer that
+     * runs for a time rather than a count stores its count just before
+     * sending the marker (bench-ipc). */
+    const _Atomic uint64_t *expect;
 };
 
 void tally_fail(struct tally *t, const char *fmt, ...)
@@ -100,10 +105,11 @@ static inline int tally_msg(struct tally *t, const void *data, size_t len)
         return t->done;
     }
     if (seq == SEQ_END) {
-        if (t->next[p] != t->per_prod)
+        uint64_t want = t->expect ? atomic_load(&t->expect[p]) : t->per_prod;
+        if (t->next[p] != want)
             tally_fail(t, "producer %llu: end marker after %llu of %llu messages",
                        (unsigned long long)p, (unsigned long long)t->next[p],
-                       (unsigned long long)t->per_prod);
+                       (unsigned long long)want);
         t->next[p] = SEQ_END; /* a second end marker is then out of order */
         if (++t->ends == t->producers)
             t->done = 1;
@@ -123,6 +129,21 @@ static inline int tally_msg(struct tally *t, const void *data, size_t len)
     t->next[p]++;
     return t->done;
 }
+
+/* tally_msg as a take_fn (drain.h). */
+static inline int tally_take(void *t, const void *data, size_t len)
+{
+    return tally_msg(t, data, len);
+}
+
+/* The configurations: producers and message size. Sizes outer, topologies
+ * inner, as the Rust bench orders its tables. */
+struct group {
+    int producers;
+    size_t size;
+};
+static const struct group GROUPS[] = {{1, 8}, {4, 8}, {1, 1024}, {4, 1024}};
+#define N_GROUPS (int)(sizeof GROUPS / sizeof GROUPS[0])
 
 /* One configuration of one run, as a peer sees it. */
 struct run_info {
@@ -161,14 +182,84 @@ struct family {
     int nrows;
 };
 
+/* --- common.c: shared with bench-ipc (benches/ipc) ------------------------ */
+
+/* The program's name in its error messages; each program defines it. */
+extern const char *const bench_prog;
 /* Prints the error and exits with status 2 (an error of the bench itself
  * or a library call, as opposed to a delivery failure). */
 void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 void *xmalloc(size_t n);
-/* A new epoll set watching fd for EPOLLIN (| extra). */
+/* Whether --filter TEXT (alternatives separated by '|'; NULL: no filter)
+ * lets the row named `name` run: it contains one of them. */
+int filter_match(const char *filter, const char *name);
+/* EVENTQ_BENCH_SMOKE set and not "0": the smoke counts. */
+int smoke_from_env(void);
+struct epoll_event;
+/* Adds fd to the epoll set ep for `events`, with `data` as its u64. */
+void epoll_add(int ep, int fd, uint32_t events, uint64_t data);
+/* A new epoll set watching fd for EPOLLIN (| extra), data.fd = fd. */
 int epoll_for(int fd, uint32_t extra);
+/* One blocking epoll_wait for at most max events, retried on EINTR. */
+int epoll_waitn(int ep, struct epoll_event *evs, int max);
 /* One epoll_wait for at most one event, retried on EINTR. */
 void epoll_wait1(int ep);
+/* After a run: 1 if every producer's end marker came in and nothing was
+ * wrong, else 0 with the first fault written to error. */
+int tally_complete(const struct tally *t, char *error, size_t cap);
+
+/* The checksum constants of `size`-byte messages, one per word. */
+uint64_t *checksum_k(size_t size);
+/* A producer's message buffer: the fill, and the part of the checksum it
+ * contributes (constant for the producer). */
+struct msgbuf {
+    unsigned char *d;
+    size_t size;
+    uint64_t base;
+    const uint64_t *k;
+};
+void msg_init(struct msgbuf *m, size_t size, int p, const uint64_t *k);
+/* Writes producer p's message `seq` (header, checksum, trailer). */
+static inline void msg_stamp(struct msgbuf *m, int p, uint64_t seq)
+{
+    uint64_t h = (uint64_t)p << SEQ_BITS | seq;
+    memcpy(m->d, &h, 8);
+    if (m->size >= 24) {
+        size_t last = m->size / 8 - 1;
+        uint64_t c = m->base + (h ^ m->k[0]) + (h ^ m->k[last]);
+        memcpy(m->d + 8, &c, 8);
+        memcpy(m->d + 8 * last, &h, 8);
+    }
+}
+
+struct timespec;
+double ts_sec(const struct timespec *t);
+/* CLOCK_MONOTONIC in seconds. */
+double now_sec(void);
+/* The q-quantile (0..1, interpolated) and the median of v[0..n]; NaN for n 0. */
+double quantile(const double *v, int n, double q);
+double median(const double *v, int n);
+
+/* The machine ("2 CPUs (model), Linux x.y") for the report's heading. */
+void machine(char *buf, size_t cap);
+/* The load around a whole run: watch_start before it, watch_stop after
+ * (returns the seconds it took), watch_report prints the load averages and
+ * the share of the CPUs other processes used, with a warning when the
+ * machine was not quiet. */
+struct ticks {
+    int ok;
+    unsigned long long busy, steal, own;
+};
+struct watch {
+    char start[128], end[128];
+    double load_start, t0, elapsed;
+    struct ticks tk0, tk1;
+};
+void watch_start(struct watch *w);
+double watch_stop(struct watch *w);
+void watch_report(const struct watch *w);
+
+/* --- peer files ----------------------------------------------------------- */
 
 extern const struct family family_eventq;
 /* The rows the ratios and targets are taken against. */

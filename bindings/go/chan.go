@@ -143,7 +143,9 @@ var liveChans atomic.Int64
 // such a message keeps its buffer for reuse (up to 64 KiB). Each goroutine
 // waiting in Send or Recv holds one more fd, a dup of the send or receive
 // eventfd; up to 16 idle ones per direction stay open for reuse until
-// Release.
+// Release. A process-shared channel (NewSharedChan) differs: its slots are
+// a memfd of about capacity times the message limit, and its receive and
+// send fds are epoll fds made with it.
 type Chan struct {
 	ptr    *C.eventq_chan
 	handle C.uintptr_t // ptr as an integer, for the eq_* wrappers
@@ -194,7 +196,7 @@ type options struct {
 	lowWaterSet                          bool
 }
 
-// Option configures NewChan.
+// Option configures NewChan and NewSharedChan.
 type Option func(*options)
 
 // WithCapacity sets the most messages queued at once (default 1024; at
@@ -207,7 +209,8 @@ func WithCapacity(n int) Option { return func(o *options) { o.capacity = n } }
 func WithMaxBytes(n int) Option { return func(o *options) { o.maxBytes = n } }
 
 // WithMaxMessageSize sets the longest message accepted (default 1 MiB, or
-// the byte limit if smaller); longer sends fail with ErrTooLarge.
+// the byte limit if smaller; 4096 for NewSharedChan); longer sends fail
+// with ErrTooLarge.
 func WithMaxMessageSize(n int) Option { return func(o *options) { o.maxMsg = n } }
 
 // WithLowWater sets the queue depth at or below which the send side is
@@ -222,16 +225,29 @@ func WithLowWater(n int) Option {
 // not below capacity, negative values) give an error wrapping
 // syscall.EINVAL.
 func NewChan(opts ...Option) (*Chan, error) {
+	copts, err := cOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	var p *C.eventq_chan
+	if rc := C.eventq_chan_new(&copts, &p); rc < 0 {
+		return nil, chanErr(rc)
+	}
+	return wrapChan(p), nil
+}
+
+// cOptions applies opts to the defaults and returns them for the C calls.
+func cOptions(opts []Option) (C.eventq_chan_opts, error) {
+	var copts C.eventq_chan_opts
 	o := options{capacity: C.EVENTQ_DEFAULT_CAPACITY}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if o.capacity < 0 || o.maxBytes < 0 || o.maxMsg < 0 || o.lowWater < 0 {
-		return nil, syscall.EINVAL
+		return copts, syscall.EINVAL
 	}
-	var copts C.eventq_chan_opts
 	if rc := C.eventq_chan_opts_init(&copts, C.sizeof_struct_eventq_chan_opts); rc < 0 {
-		return nil, errOf(rc)
+		return copts, chanErr(rc)
 	}
 	copts.capacity = C.size_t(o.capacity)
 	copts.max_bytes = C.size_t(o.maxBytes)
@@ -239,11 +255,7 @@ func NewChan(opts ...Option) (*Chan, error) {
 	if o.lowWaterSet {
 		copts.low_water = C.size_t(o.lowWater)
 	}
-	var p *C.eventq_chan
-	if rc := C.eventq_chan_new(&copts, &p); rc < 0 {
-		return nil, errOf(rc)
-	}
-	return wrapChan(p), nil
+	return copts, nil
 }
 
 // FromC takes ownership of a C channel handle (an eventq_chan*, for example
@@ -292,6 +304,15 @@ func (c *Chan) free() {
 
 // Clone returns a new handle to the same channel, released separately.
 func (c *Chan) Clone() (*Chan, error) {
+	p, err := c.clonePtr()
+	if err != nil {
+		return nil, err
+	}
+	return wrapChan(p), nil
+}
+
+// clonePtr returns a new C handle to the channel.
+func (c *Chan) clonePtr() (*C.eventq_chan, error) {
 	if !c.use(refOther) {
 		return nil, ErrReleased
 	}
@@ -300,7 +321,7 @@ func (c *Chan) Clone() (*Chan, error) {
 	if p == nil {
 		return nil, syscall.ENOMEM
 	}
-	return wrapChan(p), nil
+	return p, nil
 }
 
 // CloneC returns a new C handle (an eventq_chan*) to the same channel, for
@@ -325,7 +346,7 @@ func (c *Chan) Close() error {
 		return ErrReleased
 	}
 	defer c.done(refOther)
-	return errOf(C.eventq_chan_close(c.ptr))
+	return chanErr(C.eventq_chan_close(c.ptr))
 }
 
 // Release frees this handle (not the channel, unless it is the last
@@ -383,7 +404,7 @@ func (c *Chan) Stats() (Stats, error) {
 	defer c.done(refOther)
 	var st C.eventq_chan_stats
 	if rc := C.eventq_chan_get_stats(c.ptr, &st, C.sizeof_struct_eventq_chan_stats); rc < 0 {
-		return Stats{}, errOf(rc)
+		return Stats{}, chanErr(rc)
 	}
 	return statsOf(&st), nil
 }
@@ -395,7 +416,9 @@ func (c *Chan) Stats() (Stats, error) {
 // would close it; use RecvFile for an *os.File). It is -1 once this handle
 // is released: the number may already be closed or reused by then. Use it
 // only while this handle is not released (RecvFile's dup has no such
-// limit).
+// limit). Of a process-shared channel (NewSharedChan) it is an epoll fd,
+// readable also once the other process is gone; the kernel refuses
+// EPOLLEXCLUSIVE on it.
 func (c *Chan) RecvFd() int {
 	if c.ref.closed() {
 		return -1
@@ -432,7 +455,7 @@ func (c *Chan) sendFdOnce() (int, error) {
 	defer c.done(refOther)
 	rc := C.eventq_chan_send_fd(c.ptr)
 	if rc < 0 {
-		return -1, errOf(rc)
+		return -1, chanErr(rc)
 	}
 	c.sendFd.Store(int32(rc))
 	return int(rc), nil
@@ -499,7 +522,7 @@ func (c *Chan) TrySend(msg []byte) error {
 	}
 	rc := c.trySend(msg)
 	c.done(refSend)
-	return errOf(rc)
+	return chanErr(rc)
 }
 
 // Send queues a copy of msg, waiting in the netpoller while the channel is
@@ -525,7 +548,7 @@ func (c *Chan) Send(ctx context.Context, msg []byte) error {
 		return c.sendWait(ctx, msg)
 	}
 	c.done(refSend)
-	return errOf(rc)
+	return chanErr(rc)
 }
 
 // sendWait is Send's slow path, apart so that the fast path allocates no
@@ -536,7 +559,7 @@ func (c *Chan) sendWait(ctx context.Context, msg []byte) error {
 	if err != nil {
 		return err
 	}
-	return errOf(rc)
+	return chanErr(rc)
 }
 
 // packed is SendBatch's scratch: the messages copied back to back and
@@ -642,7 +665,7 @@ func (c *Chan) sendPacked(ctx context.Context, buf []byte, lens []int) (int, err
 			}
 		}
 		if rc < 0 {
-			return sent, errOf(rc)
+			return sent, chanErr(rc)
 		}
 		for _, l := range lens[sent : sent+int(rc)] {
 			off += l
@@ -702,7 +725,7 @@ func (c *Chan) TryRecv() ([]byte, error) {
 	}
 	msg, rc := c.tryRecv()
 	c.done(refOther)
-	return msg, errOf(rc)
+	return msg, chanErr(rc)
 }
 
 // Recv returns the next message (a new slice of exactly its length),
@@ -724,7 +747,7 @@ func (c *Chan) Recv(ctx context.Context) ([]byte, error) {
 		return c.recvWait(ctx)
 	}
 	c.done(refOther)
-	return msg, errOf(rc)
+	return msg, chanErr(rc)
 }
 
 // recvWait is Recv's slow path, apart so that the fast path allocates no
@@ -740,7 +763,7 @@ func (c *Chan) recvWait(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return msg, errOf(rc)
+	return msg, chanErr(rc)
 }
 
 func (c *Chan) tryRecvInto(buf []byte, n *C.size_t) C.int {
@@ -780,7 +803,7 @@ func recvIntoResult(rc C.int, n C.size_t) (int, error) {
 		return 0, &BufferTooSmallError{Needed: int(n)}
 	}
 	if rc < 0 {
-		return 0, errOf(rc)
+		return 0, chanErr(rc)
 	}
 	return int(n), nil
 }
@@ -868,7 +891,7 @@ func (c *Chan) RecvBatch(ctx context.Context, max int) ([][]byte, error) {
 		return c.recvBatchWait(ctx, s, max)
 	}
 	if rc < 0 {
-		return nil, errOf(rc)
+		return nil, chanErr(rc)
 	}
 	return msgs, nil
 }
@@ -884,7 +907,7 @@ func (c *Chan) recvBatchWait(ctx context.Context, s *batchScratch, max int) ([][
 		return nil, err
 	}
 	if rc < 0 {
-		return nil, errOf(rc)
+		return nil, chanErr(rc)
 	}
 	return msgs, nil
 }
@@ -934,7 +957,7 @@ func recvBatchIntoResult(rc C.int, lens []int) (int, error) {
 		return 0, &BufferTooSmallError{Needed: lens[0]}
 	}
 	if rc < 0 {
-		return 0, errOf(rc)
+		return 0, chanErr(rc)
 	}
 	return int(rc), nil
 }

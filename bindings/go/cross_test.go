@@ -6,6 +6,9 @@ package eventq_test
 import (
 	"bytes"
 	"context"
+	"os"
+	"os/exec"
+	"strconv"
 	"testing"
 
 	eventq "github.com/libeventq/libeventq/bindings/go"
@@ -56,7 +59,7 @@ func TestCrossCProducersToGoConsumers(t *testing.T) {
 	goN(4, func(i int) {
 		v := tr.consumer()
 		if i%2 == 0 {
-			drain(t, c, v)
+			drain(context.Background(), t, c, v)
 			return
 		}
 		drainBatches(context.Background(), t, c, v, 64)
@@ -105,4 +108,43 @@ func TestCrossGoProducersToCLoop(t *testing.T) {
 		}
 	}
 	totalMessages.Add(producers * per)
+}
+
+// A C producer process (tests/cross/producer, its path in
+// EVENTQ_CROSS_PRODUCER; make test-go builds it) into this Go process: two
+// C threads send per messages each through a process-shared channel, Go
+// goroutines receive them (Recv and RecvBatch, waiting in the netpoller),
+// each exactly once, whole and in its producer's order, then end of
+// stream. Once the C process makes the channel and hands the receiving end
+// over (RecvChanFrom) and closes it at the end; once Go makes it and hands
+// the sending end over (SendTo), and the C process exits without closing:
+// the stream ends with its death.
+func TestCrossCProducerProcessToGo(t *testing.T) {
+	bin := os.Getenv("EVENTQ_CROSS_PRODUCER")
+	if bin == "" {
+		t.Skip("EVENTQ_CROSS_PRODUCER is not set (make test-go builds the C producer and sets it)")
+	}
+	const per = 10_000
+	for _, tc := range []struct{ mode, end string }{{"send-to", "close"}, {"recv-from", "exit"}} {
+		t.Run(tc.mode, func(t *testing.T) {
+			ctx := watchdog(t)
+			c, mine := startWithSocket(t, exec.CommandContext(ctx, bin, tc.mode, "3", strconv.Itoa(per), tc.end))
+			var rx *eventq.Chan
+			var err error
+			if tc.mode == "recv-from" {
+				rx = newSharedChan(t, eventq.SideRecv, eventq.WithCapacity(64))
+				err = rx.SendTo(mine)
+			} else if rx, err = eventq.RecvChanFrom(mine); err == nil {
+				defer rx.Release()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rx.Side() != eventq.SideRecv {
+				t.Fatalf("Side() = %v", rx.Side())
+			}
+			receiveAll(ctx, t, rx, per)
+			c.wait(t)
+		})
+	}
 }

@@ -14,6 +14,14 @@
 // once and takes one message from one of them, losing nothing when the
 // caller stops.
 //
+// A channel made with [NewSharedChan] carries messages between two
+// processes: its ring lives in a sealed memfd, one process sends and the
+// other receives, and the other end is handed over a Unix socket
+// ([Chan.SendTo], [RecvChanFrom]) or to a child as inherited files
+// ([Chan.ExportFiles], [SharedFiles.PassTo], [ImportEnv]). The same
+// contract holds across the two; when the sending process dies the
+// receiver drains what was sent and then sees end of stream.
+//
 // A [Loop] is libeventq's epoll dispatcher, with Go callbacks for fd,
 // timer, channel and signal sources, posts from any goroutine ([Loop.Post],
 // or [Loop.PostWait] to wait for room), panics in callbacks recovered and
@@ -24,7 +32,8 @@
 //
 // Every error from the C library wraps its errno as a syscall.Errno, so
 // errors.Is works with both the sentinels ([ErrClosed], [ErrWouldBlock],
-// [ErrTooLarge], ...) and the errno (syscall.EPIPE, syscall.EAGAIN, ...).
+// [ErrTooLarge], [ErrWrongSide], ...) and the errno (syscall.EPIPE,
+// syscall.EAGAIN, ...).
 //
 // # Linking
 //

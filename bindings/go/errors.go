@@ -70,6 +70,22 @@ var (
 	// ErrWatchUsed: the MemcgWatch was already added to a loop (by
 	// Loop.AddMemcg, which takes it over) or closed. Wraps syscall.EBADF.
 	ErrWatchUsed error = &errnoError{"eventq: memcg watch already added or closed", syscall.EBADF}
+
+	// ErrWrongSide: this end of a process-shared channel only sends, or
+	// only receives (see Side), and the call was the other kind. Wraps
+	// syscall.EPERM.
+	ErrWrongSide error = &errnoError{"eventq: this end of the shared channel does not do that (wrong side)", syscall.EPERM}
+
+	// ErrBrokenProtocol: the other process of a process-shared channel
+	// broke its protocol (a word of the shared memory out of its range),
+	// or what RecvChanFrom or ImportFiles was given is not a channel's
+	// end. The channel is closed on this side. Wraps syscall.EPROTO.
+	ErrBrokenProtocol error = &errnoError{"eventq: the other process broke the shared channel's protocol", syscall.EPROTO}
+
+	// ErrAttached: the other end of a process-shared channel is held by a
+	// live process, so SendTo or ExportFiles cannot hand it to another
+	// (once that process is gone, they can). Wraps syscall.EISCONN.
+	ErrAttached error = &errnoError{"eventq: the other end of the shared channel is held by a live process", syscall.EISCONN}
 )
 
 // BufferTooSmallError is returned by RecvInto when the caller's buffer is
@@ -130,9 +146,23 @@ func errOf(rc C.int) error {
 		return ErrRemoved
 	case syscall.EBUSY:
 		return ErrBusy
+	case syscall.EPROTO:
+		return ErrBrokenProtocol
+	case syscall.EISCONN:
+		return ErrAttached
 	default:
 		return errno
 	}
+}
+
+// chanErr is errOf for the channel calls, where EPERM means the wrong
+// side of a process-shared channel (elsewhere, as for a loop's fd source,
+// it means something else).
+func chanErr(rc C.int) error {
+	if rc == -C.int(syscall.EPERM) {
+		return ErrWrongSide
+	}
+	return errOf(rc)
 }
 
 // callbackCode is what a Go callback's error becomes for the C library: its

@@ -7,6 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
+	"net"
+	"os"
+	"os/exec"
 	"slices"
 	"time"
 
@@ -218,4 +222,98 @@ func ExampleRecvAny_timeout() {
 	// Output:
 	// context deadline exceeded
 	// 1 late <nil>
+}
+
+// A process hands the sending end of a process-shared channel to each
+// process that connects to its Unix socket (here the other process is a
+// goroutine of this program, to keep the example whole).
+func ExampleChan_SendTo() {
+	addr := &net.UnixAddr{Name: fmt.Sprintf("@eventq-example-%d", os.Getpid()), Net: "unix"}
+	ln, err := net.ListenUnix("unix", addr)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer ln.Close()
+
+	go func() { // the other process: connects and takes the sending end
+		conn, err := net.DialUnix("unix", nil, addr)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		tx, err := eventq.RecvChanFrom(conn)
+		conn.Close()
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		defer tx.Release()
+		tx.Send(context.Background(), []byte("hello from the other end"))
+		tx.Close() // end of stream (exiting would end it too)
+	}()
+
+	rx, _ := eventq.NewSharedChan(eventq.SideRecv)
+	defer rx.Release()
+	conn, err := ln.AcceptUnix()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	err = rx.SendTo(conn)
+	conn.Close()
+	fmt.Println(rx.Side(), err)
+
+	msgs, errf := rx.All(context.Background())
+	for msg := range msgs {
+		fmt.Println(string(msg))
+	}
+	fmt.Println(errf())
+	// Output:
+	// recv <nil>
+	// hello from the other end
+	// <nil>
+}
+
+// A parent makes a channel, starts a child that inherits the sending end
+// (ExportFiles, PassTo), and receives until the child closes the channel
+// or dies. The child here is this program run again; ImportEnv takes its
+// end.
+func ExampleNewSharedChan() {
+	ctx := context.Background()
+	if os.Getenv("WORKER_CHAN") != "" { // the child
+		tx, err := eventq.ImportEnv("WORKER_CHAN")
+		if err != nil {
+			log.Fatal(err)
+		}
+		for i := range 3 {
+			tx.Send(ctx, fmt.Appendf(nil, "result %d", i))
+		}
+		os.Exit(0) // end of stream by exit (tx.Close would end it too)
+	}
+
+	rx, err := eventq.NewSharedChan(eventq.SideRecv, eventq.WithCapacity(256))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer rx.Release()
+	files, err := rx.ExportFiles()
+	if err != nil {
+		log.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0])
+	files.PassTo(cmd, "WORKER_CHAN") // ExtraFiles, and WORKER_CHAN=send:3,4,5,6
+	err = cmd.Start()
+	files.Close() // the child holds its end now; ours would hide its death
+	if err != nil {
+		log.Fatal(err)
+	}
+	msgs, errf := rx.All(ctx)
+	for msg := range msgs {
+		fmt.Println(string(msg))
+	}
+	if err := errf(); err != nil {
+		log.Fatal(err)
+	}
+	cmd.Wait()
 }

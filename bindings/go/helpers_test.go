@@ -173,9 +173,20 @@ func newChan(tb testing.TB, opts ...eventq.Option) *eventq.Chan {
 	return c
 }
 
+// newSharedChan is newChan for a process-shared channel with side made here.
+func newSharedChan(tb testing.TB, side eventq.Side, opts ...eventq.Option) *eventq.Chan {
+	tb.Helper()
+	c, err := eventq.NewSharedChan(side, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Release() })
+	return c
+}
+
 // drain receives everything until end of stream into the consumer view.
-func drain(tb testing.TB, c *eventq.Chan, v *consumer) {
-	msgs, errf := c.All(context.Background())
+func drain(ctx context.Context, tb testing.TB, c *eventq.Chan, v *consumer) {
+	msgs, errf := c.All(ctx)
 	for msg := range msgs {
 		v.add(msg)
 	}

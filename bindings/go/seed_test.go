@@ -37,7 +37,7 @@ func TestSeedOneSenderPerInterval(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		drain(t, c, tr.consumer())
+		drain(context.Background(), t, c, tr.consumer())
 	}()
 	goN(1, func(int) {
 		tick := time.NewTicker(50 * time.Microsecond) // paces the workload only
@@ -133,7 +133,7 @@ func TestSeedManyClients(t *testing.T) {
 			case 2: // RecvBatch
 				drainBatches(ctx, t, c, v, 16)
 			case 3: // All
-				drain(t, c, v)
+				drain(context.Background(), t, c, v)
 			}
 		})
 	}()

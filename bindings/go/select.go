@@ -75,7 +75,7 @@ func RecvAny(ctx context.Context, chans ...*Chan) (int, []byte, error) {
 	start := int(selectSeq.Add(1) % uint32(len(chans)))
 	i, msg, rc := tryRecvAny(chans, start)
 	if rc != eagain {
-		return i, msg, errOf(rc)
+		return i, msg, chanErr(rc)
 	}
 	return recvAnyWait(ctx, chans, start)
 }
@@ -132,7 +132,7 @@ func recvAnyWait(ctx context.Context, chans []*Chan, start int) (int, []byte, er
 	unwatch()
 	switch {
 	case rerr == nil:
-		return i, msg, errOf(rc)
+		return i, msg, chanErr(rc)
 	case errors.Is(rerr, os.ErrDeadlineExceeded) && ctx.Err() != nil:
 		return -1, nil, ctx.Err()
 	}

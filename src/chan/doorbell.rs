@@ -50,6 +50,13 @@ pub(super) trait Queue {
     fn is_full(&self, depth: u64, bytes: u64) -> bool;
     fn is_low(&self, depth: u64, bytes: u64) -> bool;
     fn fits(&self, depth: u64, bytes: u64, len: usize) -> bool;
+    /// How many times a settle judges again because a word moved under it
+    /// before it gives up: without bound in one process (every move is a
+    /// call making progress); bounded where another process, which may
+    /// change the words without pause, shares them.
+    fn judge_tries(&self) -> u32 {
+        u32::MAX
+    }
 }
 
 /// What a settle owes edge-triggered waiters (EPOLLET, Go's netpoller,
@@ -240,7 +247,7 @@ pub(super) struct Settled {
 /// Makes the receive doorbell `bell` match `q` (see `Doorbells::settle_recv`);
 /// the caller holds whatever serialises the settles of this doorbell.
 pub(super) fn settle_recv_on<Q: Queue>(bell: &EventFd, q: &Q, edge: Edge) -> Settled {
-    loop {
+    for _ in 0..q.judge_tries() {
         let tail = q.tail().latest();
         let head = q.head().latest();
         let raised = tail.has(TAIL_RECV_RAISED);
@@ -269,6 +276,12 @@ pub(super) fn settle_recv_on<Q: Queue>(bell: &EventFd, q: &Q, edge: Edge) -> Set
             wrote: want,
         };
     }
+    // The words never held still (only another process can do that):
+    // the fd is left as it is.
+    Settled {
+        raised: q.tail().load(Ordering::SeqCst).has(TAIL_RECV_RAISED),
+        wrote: false,
+    }
 }
 
 /// Makes the send doorbell (`bell`, if it exists yet) match `q` (see
@@ -281,7 +294,7 @@ pub(super) fn settle_send_on<Q: Queue>(
     mut edge: Edge,
 ) -> Settled {
     let mut wrote = false;
-    loop {
+    for _ in 0..q.judge_tries() {
         let head = q.head().latest();
         let tail = q.tail().latest();
         let lowered = head.has(HEAD_SEND_LOWERED);
@@ -329,6 +342,11 @@ pub(super) fn settle_send_on<Q: Queue>(
                 wrote,
             };
         }
+    }
+    // The words never held still (only another process can do that).
+    Settled {
+        raised: true,
+        wrote,
     }
 }
 

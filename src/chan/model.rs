@@ -74,6 +74,15 @@ impl Chan {
     pub fn model_die_mid_raise(&self) {
         self.process()
             .expect("a process-shared channel")
-            .model_flip_recv_flag();
+            .model_flip_recv_flag(true);
+    }
+
+    /// This end's process dies halfway through lowering the receive
+    /// doorbell: the flag cleared, the eventfd not read (it must hold the
+    /// doorbell lock already).
+    pub fn model_die_mid_lower(&self) {
+        self.process()
+            .expect("a process-shared channel")
+            .model_flip_recv_flag(false);
     }
 }

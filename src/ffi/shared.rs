@@ -73,9 +73,20 @@ unsafe fn fd_arg<'a>(fd: RawFd) -> Result<BorrowedFd<'a>, c_int> {
 /// defaults), except that `max_msg_size` defaults to 4096 (at most 16 MiB:
 /// every slot holds a whole message, in a memfd of about `capacity *
 /// max_msg_size` bytes, resident as messages reach it), and `max_bytes`
-/// and `drop_fn` must be unset (-EINVAL). What holds between processes,
-/// and when one dies, is in eventq(7) and docs/design.md ("Between
-/// processes").
+/// and `drop_fn` must be unset (-EINVAL).
+///
+/// Between the two processes D1-D9 hold as in one, except that each fd to
+/// poll is an epoll fd (no EPOLLEXCLUSIVE on it; readable also once the
+/// other process is gone) and close from either closes it for both. When a
+/// process dies, at any instruction, the other never wedges: if the sender
+/// dies, every message whose send returned is delivered once, then the
+/// receiver sees end of stream (-EPIPE) on a readable fd; if the receiver
+/// dies, the messages its receives had taken go with it, the rest stay for
+/// the next process given its end, and a send on a full ring fails with
+/// -EPIPE. The other process is untrusted: a shared word out of range
+/// fails the call with -EPROTO and closes the channel on this side, never
+/// a fault or a hang. The full text is in eventq(7) and docs/design.md
+/// ("Between processes").
 ///
 /// Thread safety: any thread.
 #[no_mangle]
@@ -188,8 +199,10 @@ pub extern "C" fn eventq_chan_export_fds(
 /// Takes an end of a process-shared channel from the fds in `*fds`, `size`
 /// bytes long (pass `sizeof *fds`), as `eventq_chan_export_fds` wrote them
 /// in another process, and writes a handle to it to `*out`. The four fds
-/// are the library's from the call on, on every path: owned by the handle,
-/// or closed if the call fails. They are checked as `eventq_chan_recv_from`
+/// are the library's from the call on, on every path once `fds` and `size`
+/// are valid (-EINVAL for NULL or a size below EVENTQ_SHARED_FDS_SIZE_MIN,
+/// which leave them alone): owned by the handle, or closed if the call
+/// fails. They are checked as `eventq_chan_recv_from`
 /// checks what it receives (-EPROTO).
 ///
 /// Thread safety: any thread.
@@ -200,17 +213,27 @@ pub extern "C" fn eventq_chan_import_fds(
     out: *mut *mut eventq_chan,
 ) -> c_int {
     boundary!(PANIC, {
-        ensure!(!fds.is_null());
-        let mut raw = eventq_shared_fds {
+        ensure!(!fds.is_null() && size >= EVENTQ_SHARED_FDS_SIZE_MIN);
+        let empty = || eventq_shared_fds {
             side: 0,
             mem: -1,
             recv_bell: -1,
             send_bell: -1,
             link: -1,
         };
-        // SAFETY: fds points to `size` readable bytes (header); its fields
-        // are ints, which take any bytes.
-        try_c!(unsafe { read_sized(fds, size, EVENTQ_SHARED_FDS_SIZE_MIN, &mut raw) });
+        // The known fields first, so that the fds are closed on every
+        // failure below, -E2BIG included.
+        let mut raw = empty();
+        // SAFETY: fds points to `size` (at least the minimum) readable
+        // bytes (header); its fields are ints, which take any bytes.
+        try_c!(unsafe {
+            read_sized(
+                fds,
+                EVENTQ_SHARED_FDS_SIZE_MIN,
+                EVENTQ_SHARED_FDS_SIZE_MIN,
+                &mut raw,
+            )
+        });
         let owned = |fd: c_int| {
             // SAFETY: a non-negative fd in the struct is the caller's, given
             // to the library by this call (header), and closed once: here
@@ -223,6 +246,9 @@ pub extern "C" fn eventq_chan_import_fds(
             owned(raw.send_bell),
             owned(raw.link),
         );
+        // SAFETY: as above, all `size` bytes: fields of a newer header that
+        // this library does not know must be zero (-E2BIG otherwise).
+        try_c!(unsafe { read_sized(fds, size, EVENTQ_SHARED_FDS_SIZE_MIN, &mut empty()) });
         ensure!(!out.is_null());
         let (Some(side), Some(mem), Some(recv_bell), Some(send_bell), Some(link)) =
             (side_of(raw.side), mem, recv, send, link)

@@ -30,7 +30,7 @@ use crate::chan::EachEnd;
 /// Channel messages a channel source delivers per iteration unless set
 /// otherwise: enough that the `epoll_wait` between batches costs a few
 /// percent of a message's time, few enough that other ready sources wait at
-/// most that many callbacks (docs/design.md has the figures).
+/// most that many callbacks (docs/decisions/0014-loop-budget-256.md).
 pub const DEFAULT_BUDGET: usize = 256;
 
 impl Loop {

@@ -32,11 +32,14 @@ pub(crate) fn create_sealed(bytes: usize) -> io::Result<OwnedFd> {
 }
 
 /// The size of a memfd whose size is sealed; `EPROTO` if `fd` is not a
-/// memfd or its size could still change.
+/// memfd, its size could still change, or it is sealed against writing.
 pub(crate) fn sealed_size(fd: BorrowedFd<'_>) -> io::Result<usize> {
     let seals = syscall!(fcntl(fd.as_raw_fd(), libc::F_GET_SEALS))
         .map_err(|_| io::Error::from_raw_os_error(libc::EPROTO))?;
-    if seals & SIZE_SEALS != SIZE_SEALS {
+    // Sealed against writing, it could not be mapped for writing.
+    if seals & SIZE_SEALS != SIZE_SEALS
+        || seals & (libc::F_SEAL_WRITE | libc::F_SEAL_FUTURE_WRITE) != 0
+    {
         return Err(io::Error::from_raw_os_error(libc::EPROTO));
     }
     // SAFETY: stat is plain data that fstat fills.

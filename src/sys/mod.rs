@@ -25,6 +25,21 @@ macro_rules! syscall {
     }};
 }
 
+/// Makes `fd` close-on-exec, as every fd the library holds is (one taken
+/// from a caller may have lost the flag, as `dup2` clears it).
+pub(crate) fn set_cloexec(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let flags = syscall!(fcntl(fd.as_raw_fd(), libc::F_GETFD))?;
+    if flags & libc::FD_CLOEXEC == 0 {
+        syscall!(fcntl(
+            fd.as_raw_fd(),
+            libc::F_SETFD,
+            flags | libc::FD_CLOEXEC
+        ))?;
+    }
+    Ok(())
+}
+
 /// Retries `f` while it fails with `EINTR`.
 pub(crate) fn retry_eintr<T>(mut f: impl FnMut() -> io::Result<T>) -> io::Result<T> {
     loop {

@@ -6,12 +6,25 @@ A `Chan` is a bounded FIFO of byte messages with a pollable fd: every
 message a send accepted is received exactly once, whole and in order
 (docs/design.md, D1-D9). Use it from threads (blocking calls release the
 GIL), from asyncio (`await chan.recv_async()`, `async for msg in chan`), or
-from any event loop through `chan.fileno()`. `eventq.memcg` watches memory
-pressure (cgroup thresholds, OOM, pressure levels, PSI, memory.events).
+from any event loop through `chan.fileno()`, and between two processes
+(`Chan.new_shared`). `eventq.memcg` watches memory pressure (cgroup
+thresholds, OOM, pressure levels, PSI, memory.events).
 """
 
 from ._chan import Chan, Stats
-from ._errors import Closed, Error, InvalidArgument, MessageTooLarge, Timeout, WouldBlock, strerror
+from ._errors import (
+    Attached,
+    BrokenProtocol,
+    Closed,
+    Error,
+    InvalidArgument,
+    MessageTooLarge,
+    Timeout,
+    WouldBlock,
+    WrongSide,
+    strerror,
+)
+from ._shared import Consumer, SharedFds, Side
 from ._ffi import ffi as _ffi
 from ._ffi import lib as _lib
 from ._ffi import library_path
@@ -31,12 +44,18 @@ __version__ = "0.2.0"  # the binding's own; it needs libeventq 0.2 or a later 0.
 __all__ = [
     "Chan",
     "Stats",
+    "Side",
+    "SharedFds",
+    "Consumer",
     "Error",
     "Closed",
     "Timeout",
     "WouldBlock",
     "InvalidArgument",
     "MessageTooLarge",
+    "WrongSide",
+    "BrokenProtocol",
+    "Attached",
     "strerror",
     "library_path",
     "library_version",

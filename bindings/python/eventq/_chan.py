@@ -26,6 +26,7 @@ from __future__ import annotations
 import array as _array
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import errno as _errno
 import operator
@@ -39,6 +40,7 @@ from typing import Any, Optional, Union
 
 from ._errors import Closed, Error, InvalidArgument, MessageTooLarge, Timeout, WouldBlock, error_for, strerror
 from ._ffi import ffi, lib
+from ._shared import Consumer, SharedFds, Side
 from ._wait import SIGNAL_SLICE, poll_fd, wait_readable
 
 Buffer = Union[bytes, bytearray, memoryview]
@@ -195,6 +197,25 @@ def _pack_batch(msgs: Sequence[Buffer]) -> tuple[Any, Any]:
     return bufs, keep
 
 
+def _opts(capacity: int, max_bytes: int, max_msg_size: int, low_water: Optional[int]) -> Any:
+    """The eventq_chan_opts of a new channel."""
+    opts = ffi.new("eventq_chan_opts *")
+    rc = lib.eventq_chan_opts_init(opts, _OPTS_SIZE)
+    if rc < 0:
+        raise error_for(rc, "eventq_chan_opts_init")
+    opts.capacity = _size_arg("capacity", capacity)
+    opts.max_bytes = _size_arg("max_bytes", max_bytes)
+    opts.max_msg_size = _size_arg("max_msg_size", max_msg_size)
+    if low_water is not None:
+        opts.low_water = _size_arg("low_water", low_water)
+    return opts
+
+
+def _fileno(sock: Any) -> int:
+    """The fd of a socket object (anything with fileno()) or an fd number."""
+    return sock if isinstance(sock, int) else sock.fileno()
+
+
 def _max_msgs_arg(max_msgs: int) -> int:
     max_msgs = operator.index(max_msgs)
     if not 1 <= max_msgs <= 0x7FFFFFFF:
@@ -240,6 +261,10 @@ class Chan:
     `close()` closes the channel for every handle (D6); `release()` frees
     this handle only. Used as a context manager, a handle is closed and
     released on exit. A handle is safe to use from many threads at once.
+
+    `Chan.new_shared()` makes a channel shared with one other process
+    (`send_to()`/`recv_from()` over a Unix socket, `export_fds()`/
+    `import_fds()` for a child).
     """
 
     __slots__ = ("_p", "_recv_fd", "_send_fd", "_stash", "_final", "__weakref__")
@@ -262,15 +287,7 @@ class Chan:
         senders resume (default capacity // 2; capacity - 1 resumes them at
         the first free slot).
         """
-        opts = ffi.new("eventq_chan_opts *")
-        rc = lib.eventq_chan_opts_init(opts, _OPTS_SIZE)
-        if rc < 0:
-            raise error_for(rc, "eventq_chan_opts_init")
-        opts.capacity = _size_arg("capacity", capacity)
-        opts.max_bytes = _size_arg("max_bytes", max_bytes)
-        opts.max_msg_size = _size_arg("max_msg_size", max_msg_size)
-        if low_water is not None:
-            opts.low_water = _size_arg("low_water", low_water)
+        opts = _opts(capacity, max_bytes, max_msg_size, low_water)
         out = ffi.new("eventq_chan **")
         rc = lib.eventq_chan_new(opts, out)
         if rc < 0:
@@ -303,6 +320,13 @@ class Chan:
         _live_chans.add(self)
 
     @classmethod
+    def _of(cls, ptr: Any) -> "Chan":
+        """A Chan owning the new C handle ptr."""
+        self = cls.__new__(cls)
+        self._adopt(ptr)
+        return self
+
+    @classmethod
     def from_handle(cls, address: int) -> "Chan":
         """Wraps a C `eventq_chan *` (its address), taking ownership of it.
 
@@ -312,9 +336,7 @@ class Chan:
         address = operator.index(address)
         if address == 0:
             raise InvalidArgument(_errno.EINVAL, "from_handle(0): a NULL handle")
-        self = cls.__new__(cls)
-        self._adopt(ffi.cast("eventq_chan *", address))
-        return self
+        return cls._of(ffi.cast("eventq_chan *", address))
 
     def _handle(self) -> Any:
         p = self._p
@@ -327,9 +349,7 @@ class Chan:
         p = lib.eventq_chan_clone(self._handle())
         if p == ffi.NULL:
             raise MemoryError("eventq_chan_clone")
-        new = Chan.__new__(Chan)
-        new._adopt(p)
-        return new
+        return Chan._of(p)
 
     def clone_handle(self) -> int:
         """A new C handle (`eventq_chan *`, as an address) for C code.
@@ -708,6 +728,154 @@ class Chan:
         """`async for msg in chan`: each message until end of stream."""
         return _AsyncMessages(self)
 
+    # --- between processes ---------------------------------------------------
+
+    @classmethod
+    def new_shared(
+        cls,
+        capacity: int = lib.EVENTQ_DEFAULT_CAPACITY,
+        *,
+        side: Side,
+        max_msg_size: int = 0,
+        low_water: Optional[int] = None,
+    ) -> "Chan":
+        """Creates a channel to share with one other process, and returns the
+        handle of this process's end, which does only `side`: a Side.SEND
+        end sends and never receives, a Side.RECV end the reverse (the other
+        kind of call raises WrongSide). Hand the other end to the other
+        process with send_to() (over a Unix socket) or export_fds() (for a
+        child to inherit). Any number of threads may use each end.
+
+        capacity and low_water as for Chan(); max_msg_size is fixed here,
+        0 for 4096 (at most 16 MiB: every slot holds a whole message, in a
+        memfd of about capacity * max_msg_size bytes, resident only as
+        messages reach it). There is no byte limit.
+
+        When the other process dies: if it was sending, every message its
+        send returned for is received exactly once, then receives raise
+        Closed (end of stream); if it was receiving, what its receives had
+        taken is gone, the rest stays queued for a successor (send_to or
+        export_fds again), and a send that finds the channel full raises
+        Closed instead of waiting. close() from either process closes the
+        channel for both. A process that breaks the protocol (writes the
+        shared memory out of turn) makes this end's calls raise
+        BrokenProtocol; the channel is then closed on this side.
+
+        fileno() and send_fileno() are epoll fds here, readable also once
+        the other process is gone; asyncio and poll() wait on them as on
+        any channel's.
+        """
+        side = Side(side)
+        opts = _opts(capacity, 0, max_msg_size, low_water)
+        out = ffi.new("eventq_chan **")
+        rc = lib.eventq_chan_new_shared(opts, side, out)
+        if rc < 0:
+            raise error_for(rc, f"shared channel options capacity={capacity} max_msg_size={max_msg_size} "
+                                f"low_water={low_water} side={side}")
+        return cls._of(out[0])
+
+    @property
+    def side(self) -> Optional[Side]:
+        """This end's side of a process-shared channel; None for a channel
+        within this process."""
+        code = lib.eventq_chan_side(self._handle())
+        return Side(code) if code > 0 else None
+
+    def send_to(self, sock: Any) -> None:
+        """Hands the other end of this process-shared channel to the process
+        at the other end of `sock`, a connected Unix socket (an object with
+        fileno(), or an fd), which takes it with Chan.recv_from(): the
+        channel's fds ride one SCM_RIGHTS message.
+
+        Allowed while no other process holds that end: before the first
+        handover, or once the one that held it is gone (the successor then
+        finds what it had not taken still queued); Attached otherwise.
+        InvalidArgument for a channel that is not process-shared;
+        WouldBlock if the socket is non-blocking and full; a plain
+        BrokenPipeError (not Closed: the channel is fine) if its other end
+        is closed.
+        """
+        rc = lib.eventq_chan_send_to(self._handle(), _fileno(sock))
+        if rc == -_errno.EPIPE:  # the socket's peer, not the channel (Closed would say that)
+            raise BrokenPipeError(_errno.EPIPE, "send_to: the socket's other end is closed")
+        if rc < 0:
+            raise error_for(rc, "send_to")
+
+    @classmethod
+    def recv_from(cls, sock: Any, timeout: Optional[float] = None) -> "Chan":
+        """Takes the end of a process-shared channel that the process at the
+        other end of `sock` (a connected Unix socket: an object with
+        fileno(), or an fd) hands over with send_to().
+
+        Waits for the handover as `timeout` says (in poll(), so Ctrl-C
+        interrupts it; blocking or not, the socket is only read once it is
+        readable). Everything received is checked first: BrokenProtocol if
+        it is not a channel's end (or the socket reached end of file).
+        """
+        if timeout is not None and timeout < 0:
+            raise _bad_timeout(timeout)
+        fd = _fileno(sock)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        out = ffi.new("eventq_chan **")
+        while poll_fd(fd, deadline):
+            rc = lib.eventq_chan_recv_from(fd, out)
+            if rc == 0:
+                return cls._of(out[0])
+            if rc != _EAGAIN:
+                raise error_for(rc, "recv_from")
+        if timeout == 0:
+            raise WouldBlock(_errno.EAGAIN, strerror(_EAGAIN))
+        raise Timeout(_errno.ETIMEDOUT, strerror(_ETIMEDOUT))
+
+    def export_fds(self) -> SharedFds:
+        """The fds of the other end of this process-shared channel, for a
+        child process to inherit:
+
+            with tx.export_fds() as fds:   # closed here once the child runs
+                child = subprocess.Popen(cmd, pass_fds=fds.fds,
+                                         env={**os.environ, "MY_CHAN": str(fds)})
+            # in the child: rx = eventq.Chan.import_fds(os.environ["MY_CHAN"])
+
+        The same rule as send_to() for when it is allowed (Attached).
+        """
+        out = ffi.new("eventq_shared_fds *")
+        rc = lib.eventq_chan_export_fds(self._handle(), out, ffi.sizeof("eventq_shared_fds"))
+        if rc < 0:
+            raise error_for(rc, "export_fds")
+        return SharedFds(Side(out.side), out.mem, out.recv_bell, out.send_bell, out.link)
+
+    @classmethod
+    def import_fds(cls, fds: Union[SharedFds, str]) -> "Chan":
+        """Takes an end of a process-shared channel from fds another process
+        exported: the SharedFds, or their `str()` (in a child that inherited
+        them with pass_fds, where the numbers are the same). The fds are
+        made non-inheritable (a program this one runs does not hold the
+        channel) and taken over: owned by the new Chan, or closed if the
+        library refuses them. They are checked as recv_from() checks what it
+        receives (BrokenProtocol). A string not of the form raises
+        InvalidArgument and takes nothing; SharedFds already closed or
+        imported, ValueError.
+        """
+        if isinstance(fds, str):
+            fds = SharedFds.parse(fds)
+        c_fds = ffi.new("eventq_shared_fds *")
+        c_fds.side = fds.side
+        c_fds.mem, c_fds.recv_bell, c_fds.send_bell, c_fds.link = taken = fds._take()
+        for fd in taken:
+            with contextlib.suppress(OSError):  # a bad fd: the import says so
+                os.set_inheritable(fd, False)
+        out = ffi.new("eventq_chan **")
+        rc = lib.eventq_chan_import_fds(c_fds, ffi.sizeof("eventq_shared_fds"), out)
+        if rc < 0:
+            raise error_for(rc, f"import_fds {fds}")
+        return cls._of(out[0])
+
+    def consumer(self) -> Consumer:
+        """Counts a consumer in on this channel until it leaves: use it as
+        `with chan.consumer(): ...` around a consumer's loop (see Consumer
+        for when it matters)."""
+        return Consumer(self._handle())
+
     # --- state ---------------------------------------------------------------
 
     def close(self) -> None:
@@ -757,7 +925,9 @@ class Chan:
         if self._p is None:
             return "<eventq.Chan released>"
         send_fd = self._send_fd if self._send_fd >= 0 else "not made"
-        return f"<eventq.Chan fd={self._recv_fd} send_fd={send_fd}>"
+        side = self.side
+        shared = f" side={side}" if side is not None else ""
+        return f"<eventq.Chan fd={self._recv_fd} send_fd={send_fd}{shared}>"
 
 
 class _AsyncMessages:

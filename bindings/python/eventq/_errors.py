@@ -3,8 +3,9 @@
 
 Every class derives from OSError through Error, so `errno` and `strerror`
 are set (strerror is libeventq's own text, from eventq_strerror), and the
-builtin bases (BrokenPipeError, TimeoutError, BlockingIOError, ValueError)
-let code that knows nothing of eventq catch them the usual way.
+builtin bases (BrokenPipeError, TimeoutError, BlockingIOError, ValueError,
+PermissionError) let code that knows nothing of eventq catch them the usual
+way.
 """
 
 from __future__ import annotations
@@ -63,18 +64,45 @@ class MessageTooLarge(Error):
         return f"{self.strerror} (needed {self.needed} bytes)"
 
 
+class WrongSide(Error, PermissionError):
+    """This end of a process-shared channel only sends, or only receives
+    (Chan.side), and the call was the other kind (EPERM)."""
+
+
+class BrokenProtocol(Error):
+    """The other process of a process-shared channel broke its protocol (a
+    word of the shared memory out of its range), or what recv_from() or
+    import_fds() was given is not a channel's end (EPROTO). The channel is
+    closed on this side."""
+
+
+class Attached(Error):
+    """The other end of a process-shared channel is held by a live process,
+    so send_to() or export_fds() cannot hand it to another; once that
+    process is gone, they can (EISCONN)."""
+
+
 _CLASSES: dict[int, type[Error]] = {
     _errno.EPIPE: Closed,
     _errno.ETIMEDOUT: Timeout,
     _errno.EAGAIN: WouldBlock,
     _errno.EINVAL: InvalidArgument,
+    _errno.EPERM: WrongSide,
+    _errno.EPROTO: BrokenProtocol,
+    _errno.EISCONN: Attached,
+}
+
+
+# Texts for codes whose strerror covers more than a channel call can mean.
+_TEXTS: dict[int, str] = {
+    _errno.EPERM: "this end of a process-shared channel only sends, or only receives (Chan.side)",
 }
 
 
 def error_for(rc: int, what: str | None = None) -> Error:
     """The exception for a negative return code `rc` of a channel call."""
     code = -rc
-    text = strerror(rc)
+    text = _TEXTS.get(code) or strerror(rc)
     if what:
         text = f"{what}: {text}"
     return _CLASSES.get(code, Error)(code, text)

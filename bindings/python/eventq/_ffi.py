@@ -66,6 +66,9 @@ CDEF = r"""
 #define EVENTQ_MEMCG_PSI 4
 #define EVENTQ_MEMCG_CHANGED 5
 #define EVENTQ_MEMCG_REMOVED 6
+#define EVENTQ_SIDE_SEND 1
+#define EVENTQ_SIDE_RECV 2
+#define EVENTQ_SHARED_FDS_SIZE_MIN 20
 
 typedef struct eventq_chan eventq_chan;
 typedef struct eventq_loop eventq_loop;
@@ -139,6 +142,14 @@ typedef struct eventq_memcg_event {
 typedef int (*eventq_memcg_fn)(struct eventq_source *src,
                                const struct eventq_memcg_event *ev,
                                void *userdata);
+
+typedef struct eventq_shared_fds {
+  int side;
+  int mem;
+  int recv_bell;
+  int send_bell;
+  int link;
+} eventq_shared_fds;
 
 uint32_t eventq_version(void);
 const char *eventq_version_string(void);
@@ -255,6 +266,19 @@ int eventq_loop_add_memcg(const struct eventq_loop *lp,
                           void *userdata,
                           eventq_destroy_fn destroy,
                           struct eventq_source **out);
+
+int eventq_chan_new_shared(const struct eventq_chan_opts *opts, int side, struct eventq_chan **out);
+int eventq_chan_send_to(const struct eventq_chan *chan, int sockfd);
+int eventq_chan_recv_from(int sockfd, struct eventq_chan **out);
+int eventq_chan_export_fds(const struct eventq_chan *chan,
+                           struct eventq_shared_fds *out,
+                           size_t size);
+int eventq_chan_import_fds(const struct eventq_shared_fds *fds,
+                           size_t size,
+                           struct eventq_chan **out);
+int eventq_chan_side(const struct eventq_chan *chan);
+int eventq_chan_consumer_enter(const struct eventq_chan *chan);
+int eventq_chan_consumer_leave(const struct eventq_chan *chan);
 """
 
 SONAME = "libeventq.so.0"

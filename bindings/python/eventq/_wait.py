@@ -20,7 +20,8 @@ SIGNAL_SLICE = 0.1
 
 
 def poll_fd(fd: int, deadline: Optional[float]) -> bool:
-    """Waits in poll() until fd is readable; False once the deadline passed.
+    """Waits in poll() until fd is readable; False once the deadline passed
+    (a deadline already passed asks once, without waiting).
 
     A signal makes poll() fail with EINTR and Python run its handler, so a
     KeyboardInterrupt comes out of here at once, with nothing taken.
@@ -33,7 +34,7 @@ def poll_fd(fd: int, deadline: Optional[float]) -> bool:
         else:
             left = deadline - time.monotonic()
             if left <= 0:
-                return False
+                return bool(poller.poll(0))
             slice_ = min(SIGNAL_SLICE, left)
         if poller.poll(max(1, int(slice_ * 1000 + 0.999))):
             return True

@@ -89,20 +89,38 @@ def encode(pid: int, seq: int) -> bytes:
     return HEADER.pack(pid, seq) + bytes([(pid * 31 + seq) & 0xFF]) * (seq % 29)
 
 
-class Checker:
-    """Checks a stream of encoded messages: each whole (D2), once (D1), and in
-    its producer's order (D3); `complete()` says whether all arrived."""
+def fnv1a(data: bytes) -> int:
+    h = 2166136261
+    for c in data:
+        h = ((h ^ c) * 16777619) & 0xFFFFFFFF
+    return h
 
-    def __init__(self, producers: int, per_producer: int) -> None:
+
+def encode_checked(pid: int, seq: int) -> bytes:
+    """A message as tests/cross/producer (the Go binding's C test helper,
+    eqt_make) makes it: the same header, a payload of (seq*13 + pid*7) % 53
+    bytes, and the FNV-1a hash of all that."""
+    n = (seq * 13 + pid * 7) % 53
+    body = HEADER.pack(pid, seq) + bytes((pid * 31 + seq * 7 + i) & 0xFF for i in range(n))
+    return body + struct.pack("<I", fnv1a(body))
+
+
+class Checker:
+    """Checks a stream of encoded messages (`encode`, or another encoder):
+    each whole (D2), once (D1), and in its producer's order (D3);
+    `complete()` says whether all arrived."""
+
+    def __init__(self, producers: int, per_producer: int, encoder: Any = encode) -> None:
         self.next = [0] * producers
         self.per_producer = per_producer
         self.count = 0
+        self.encoder = encoder
 
     def check(self, m: bytes) -> None:
         pid, seq = HEADER.unpack_from(m)
         assert 0 <= pid < len(self.next), f"unknown producer {pid}"
         assert seq == self.next[pid], f"producer {pid}: got {seq}, expected {self.next[pid]} (lost or reordered)"
-        assert m == encode(pid, seq), f"producer {pid} seq {seq}: not whole"
+        assert m == self.encoder(pid, seq), f"producer {pid} seq {seq}: not whole"
         self.next[pid] += 1
         self.count += 1
 

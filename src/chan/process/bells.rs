@@ -38,6 +38,17 @@ pub(in crate::chan) const SEND_EDGE: u64 = 8;
 /// Every doorbell, with an edge: close, recovery.
 pub(in crate::chan) const ALL: u64 = RECV | RECV_EDGE | SEND | SEND_EDGE;
 
+/// How many times a holder serves requests that came while it held the
+/// lock before it leaves the rest to the next caller.
+const SERVE_ROUNDS: u32 = 64;
+
+/// How many turns a refused call waits for the doorbell lock to come free
+/// (a holder makes an eventfd syscall or two) before it leaves its request.
+#[cfg(not(loom))]
+const REFUSAL_TRIES: u32 = 64;
+#[cfg(loom)]
+const REFUSAL_TRIES: u32 = 2;
+
 /// How many turns `recover` waits for this process's own threads to let
 /// go of the lock before it gives up on making the fds match their flags.
 #[cfg(not(loom))]
@@ -73,24 +84,53 @@ impl Bells {
         self.serve(ring);
     }
 
-    fn serve(&self, ring: &ShmRing) {
+    /// Asks for the doorbell changes of a refused call (`req`) and, the
+    /// holder of the lock being a call that finishes in a moment, waits a
+    /// little for it rather than leave them: then the fd is settled when
+    /// the refusal returns, as in one process, and a level-triggered waiter
+    /// does not spin on an fd left up meanwhile. If the lock stays held (a
+    /// holder that died there, or never lets go), the request stays, with
+    /// `edge`: its server writes the fd if it stays up (D9).
+    pub(in crate::chan) fn request_for_refusal(&self, ring: &ShmRing, req: u64, edge: u64) {
+        ring.bells_requests().fetch_or(req, Ordering::SeqCst);
+        let mut backoff = Backoff::new();
+        for _ in 0..REFUSAL_TRIES {
+            // Settled by this call, judging now: done. Taken by another
+            // holder, it may have judged before this refusal: the edge.
+            match self.serve(ring) {
+                None => backoff.snooze(),
+                Some(served) if served & req != 0 => return,
+                Some(_) => break,
+            }
+        }
+        self.request(ring, edge);
+    }
+
+    /// Serves the requests if the lock is free: the requests it served, or
+    /// `None` if the lock was held.
+    fn serve(&self, ring: &ShmRing) -> Option<u64> {
         let lock = ring.bells_lock();
         let requests = ring.bells_requests();
-        loop {
+        // Bounded: the other process may set requests without pause; what
+        // is left is the next caller's.
+        let mut served = None;
+        for _ in 0..SERVE_ROUNDS {
             if lock
                 .compare_exchange(0, self.me, Ordering::SeqCst, Ordering::SeqCst)
                 .is_err()
             {
-                return;
+                break;
             }
             let req = requests.swap(0, Ordering::SeqCst);
             self.settle(ring, req);
+            served = Some(served.unwrap_or(0) | req);
             // Only if still ours: a survivor may have taken it back.
             let _ = lock.compare_exchange(self.me, 0, Ordering::SeqCst, Ordering::SeqCst);
             if requests.load(Ordering::SeqCst) == 0 {
-                return;
+                break;
             }
         }
+        served
     }
 
     fn settle(&self, ring: &ShmRing, req: u64) {

@@ -16,7 +16,7 @@ use super::ring::Memory;
 use super::{assemble, Channel, Side};
 use crate::chan::shim::EventFd;
 use crate::error::{Error, Result};
-use crate::sys::{socket, ZeroedLines};
+use crate::sys::{set_cloexec, socket, ZeroedLines};
 
 /// "eventqH\x01": a handover message, version 1.
 const MAGIC: u64 = u64::from_le_bytes(*b"eventqH\x01");
@@ -117,6 +117,12 @@ pub(in crate::chan) fn recv_from(sock: BorrowedFd<'_>) -> Result<Channel> {
 /// Takes an end of a process-shared channel from its fds (received or
 /// inherited): checks each, maps the memory, checks its layout.
 pub(in crate::chan) fn import(fds: SharedFds) -> Result<Channel> {
+    // Inherited fds were made inheritable (dup2 clears the flag): the
+    // library's are close-on-exec, or a program this one runs would keep
+    // the link open and this process's death would go unseen.
+    for fd in [&fds.mem, &fds.recv_bell, &fds.send_bell, &fds.link] {
+        set_cloexec(fd.as_fd())?;
+    }
     let lines = ZeroedLines::<HEADER_LINES>::map_shared(fds.mem.as_fd()).map_err(|e| {
         if e.raw_os_error() == Some(libc::EPROTO) {
             Error::Corrupt("the memory is not a size-sealed memfd of whole lines")

@@ -197,8 +197,8 @@ impl Channel {
                         return Err(Error::Closed);
                     }
                     // Lowered (or written) after this refusal (D9).
-                    self.bells.request(&self.ring, SEND | SEND_EDGE);
-                    if !self.is_full() {
+                    self.bells.request_for_refusal(&self.ring, SEND, SEND_EDGE);
+                    if self.has_room()? {
                         continue;
                     }
                     self.wait(Direction::Send, &deadline)?;
@@ -229,11 +229,22 @@ impl Channel {
         Ok(n)
     }
 
-    /// Whether the ring is full now, judged by the words.
-    fn is_full(&self) -> bool {
-        let tail = self.ring.tail().load(Ordering::SeqCst).position();
-        let head = self.ring.head().load(Ordering::SeqCst).position();
-        tail.saturating_sub(head) >= self.capacity() as u64
+    /// Whether the ring has room now, as this sender sees it (the
+    /// receiver's word read fresh and checked: a broken one is an error,
+    /// never a reason to try again).
+    fn has_room(&self) -> Result<bool> {
+        let mut turn = self.turn.lock();
+        self.check(self.ring.has_room(&mut turn))
+    }
+
+    /// Whether a message is published past this receiver's position now
+    /// (the sender's word read fresh and checked, as `has_room`).
+    fn has_message(&self) -> Result<bool> {
+        let mut turn = self.turn.lock();
+        Ok(matches!(
+            self.check(self.ring.peek(&mut turn))?,
+            Peeked::Ready(_)
+        ))
     }
 
     /// Takes up to `max` messages (at least 1), waiting only for the first
@@ -258,13 +269,14 @@ impl Channel {
                 Peeked::Ready(len) => break (turn, len),
                 Peeked::Empty(tail) => {
                     drop(turn);
-                    // Lowered (or written) after this refusal (D9); at end
-                    // of stream, written for the next waiter (D6).
-                    self.bells.request(&self.ring, RECV | RECV_EDGE);
-                    if tail.has(TAIL_CLOSED) || (self.peer_gone() && self.is_empty()) {
+                    if tail.has(TAIL_CLOSED) || (self.peer_gone() && !self.has_message()?) {
+                        // End of stream: written for the next waiter (D6).
+                        self.bells.request(&self.ring, RECV | RECV_EDGE);
                         return Err(Error::Closed);
                     }
-                    if self.is_empty() {
+                    // Lowered (or written) after this refusal (D9).
+                    self.bells.request_for_refusal(&self.ring, RECV, RECV_EDGE);
+                    if !self.has_message()? {
                         self.wait(Direction::Recv, &deadline)?;
                     }
                 }
@@ -293,14 +305,14 @@ impl Channel {
         };
         let drained = !matches!(end, RecvEnd::More(_)) || self.ring.drained(&turn);
         drop(turn);
-        if matches!(end, RecvEnd::More(_)) {
-            if drained {
-                self.bells.request(&self.ring, RECV);
-            }
-        } else {
-            // Cut short by an empty queue or end of stream: the caller may
-            // wait for an edge next (D9).
-            self.bells.request(&self.ring, RECV | RECV_EDGE);
+        match end {
+            RecvEnd::More(_) if drained => self.bells.request(&self.ring, RECV),
+            RecvEnd::More(_) => {}
+            // Cut short by an empty queue: the caller may wait for an edge
+            // next, as after a refusal (D9).
+            RecvEnd::Dry(_) => self.bells.request_for_refusal(&self.ring, RECV, RECV_EDGE),
+            // Cut short at end of stream: the fd stays up; written (D9).
+            RecvEnd::Closed(_) => self.bells.request(&self.ring, RECV | RECV_EDGE),
         }
         if flags.has(HEAD_SEND_LOWERED) && self.ring.at_low_water() {
             self.bells.request(&self.ring, SEND);
@@ -328,15 +340,11 @@ impl Channel {
     /// Writes the receive fd again if messages are pending: one more
     /// waiter wakes for them (a consumer leaving hands its wake-up on, D4).
     pub(in crate::chan) fn pass_on_pending(&self) {
-        if !self.is_empty() {
-            self.bells.request(&self.ring, RECV | RECV_EDGE);
-        }
-    }
-
-    fn is_empty(&self) -> bool {
         let tail = self.ring.tail().load(Ordering::SeqCst).position();
         let head = self.ring.head().load(Ordering::SeqCst).position();
-        tail <= head
+        if tail > head {
+            self.bells.request(&self.ring, RECV | RECV_EDGE);
+        }
     }
 
     pub(in crate::chan) fn stats(&self) -> Stats {
@@ -361,10 +369,15 @@ impl Channel {
 
     /// Waits for the doorbell of `dir` to be written, or the other process
     /// to go, or the deadline; `WouldBlock`/`TimedOut` once it has passed.
+    /// One call waits on one epoll set, made at its first wait.
     #[cfg(not(loom))]
     fn wait(&self, dir: Direction, deadline: &Deadlines) -> Result<()> {
         let until = deadline.check()?;
-        self.peer.wait(dir, until)
+        let mut waiter = deadline.waiter.borrow_mut();
+        if waiter.is_none() {
+            *waiter = Some(self.peer.waiter(dir)?);
+        }
+        Peer::wait(waiter.as_ref().expect("made above"), until)
     }
 
     /// Under loom the models never wait.
@@ -401,10 +414,13 @@ impl RecvEnd {
     }
 }
 
-/// A wait's limit, worked out on first use.
+/// A call's waiting: its limit, worked out on first use, and the epoll
+/// set it waits on, made on first use.
 struct Deadlines {
     wait: Wait,
     at: std::cell::Cell<Option<Option<std::time::Instant>>>,
+    #[cfg(not(loom))]
+    waiter: std::cell::RefCell<Option<crate::sys::Epoll>>,
 }
 
 impl Deadlines {
@@ -412,6 +428,8 @@ impl Deadlines {
         Deadlines {
             wait,
             at: std::cell::Cell::new(None),
+            #[cfg(not(loom))]
+            waiter: std::cell::RefCell::new(None),
         }
     }
 
@@ -492,14 +510,23 @@ fn start_bells(send: &EventFd) {
     send.raise();
 }
 
+/// A doorbell eventfd to share with the other process (guarded: it may
+/// change the file's flags and fill the counter).
+fn new_bell() -> std::io::Result<EventFd> {
+    #[cfg(not(loom))]
+    return EventFd::new_shared();
+    #[cfg(loom)]
+    return EventFd::new();
+}
+
 /// A new channel's end for `side`, with `limits`.
 pub(in crate::chan) fn create(limits: &Limits, side: Side) -> Result<Channel> {
     let layout = Layout::new(limits)?;
     let slot_total = layout
         .slot_total_lines()
         .ok_or(Error::Invalid("capacity times max_msg_size is too large"))?;
-    let recv = Arc::new(EventFd::new()?);
-    let send = Arc::new(EventFd::new()?);
+    let recv = Arc::new(new_bell()?);
+    let send = Arc::new(new_bell()?);
     start_bells(&send);
     #[cfg(not(loom))]
     {
@@ -532,9 +559,11 @@ impl Channel {
         )
     }
 
-    /// The other process died (what its link hanging up says).
+    /// The other process died (what its link hanging up says), and this
+    /// one sees it now (as its next refused call would).
     pub(in crate::chan) fn model_peer_died(&self) {
         self.peer_gone.store(true, Ordering::SeqCst);
+        self.peer_gone();
     }
 
     /// What the doorbells are (the model's "readable").
@@ -547,9 +576,14 @@ impl Channel {
     }
 
     /// A process that dies in the middle of a settle: it flipped the
-    /// receive doorbell's flag to raised and never wrote the eventfd.
-    pub(in crate::chan) fn model_flip_recv_flag(&self) {
-        self.ring.tail().set(TAIL_RECV_RAISED);
+    /// receive doorbell's flag (to raised, or to lowered) and never made
+    /// the syscall.
+    pub(in crate::chan) fn model_flip_recv_flag(&self, raised: bool) {
+        if raised {
+            self.ring.tail().set(TAIL_RECV_RAISED);
+        } else {
+            self.ring.tail().clear(TAIL_RECV_RAISED);
+        }
     }
 
     /// A process that dies holding the doorbell lock.

@@ -132,18 +132,25 @@ impl Peer {
         self.gone.load(Ordering::SeqCst)
     }
 
-    /// Waits for a new event on the fd users poll for `dir` (its doorbell
-    /// or the link, whichever link is joined by then), edge-triggered: the
-    /// level at the start counts as one, then only a new write or hang-up
-    /// does; until `deadline` (`None`: without limit).
-    pub(in crate::chan) fn wait(&self, dir: Direction, deadline: Option<Instant>) -> Result<()> {
+    /// An edge-triggered epoll set for one blocking call in direction
+    /// `dir`, watching the fd users poll (its doorbell and whichever link
+    /// is joined by then): the level at its creation counts as one event,
+    /// then only a new write or hang-up does, so a call that waits again
+    /// and again on one set never spins on an fd that stays up.
+    pub(in crate::chan) fn waiter(&self, dir: Direction) -> Result<Epoll> {
         let ep = Epoll::new()?;
         let fd = self.poll_fd(dir).as_raw_fd();
         ep.add(fd, (libc::EPOLLIN | libc::EPOLLET) as u32, 0)?;
+        Ok(ep)
+    }
+
+    /// Waits on `waiter` for its next event, until `deadline` (`None`:
+    /// without limit).
+    pub(in crate::chan) fn wait(waiter: &Epoll, deadline: Option<Instant>) -> Result<()> {
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 1];
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            match ep.wait(&mut events, left) {
+            match waiter.wait(&mut events, left) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 other => return other.map(drop).map_err(Error::from),
             }

@@ -100,6 +100,12 @@ impl Memory {
     }
 }
 
+/// How many times a move of this side's word may fail because the other
+/// process changed the word's flags meanwhile: a well-behaved one flips a
+/// flag now and then, never without pause, so a word that keeps changing
+/// is a broken protocol, not a busy one.
+const MOVE_TRIES: u32 = 1 << 16;
+
 /// The last positions one side knows: its own (which only it moves) and
 /// the other side's, as last seen. Kept under the side's lock, so the
 /// threads of one process take turns.
@@ -250,19 +256,17 @@ impl ShmRing {
     /// Queues a copy of `msg` (within the limit: the caller checked) at the
     /// sender's position `turn.own`.
     pub(in crate::chan) fn push(&self, turn: &mut Turn, msg: &[u8]) -> Result<Pushed> {
-        if turn.own - turn.seen >= self.cap {
-            let head = self.head().load(Ordering::Acquire);
-            turn.seen = self.refresh(head, turn, true)?;
-            if turn.own - turn.seen >= self.cap {
-                return Ok(Pushed::Full);
-            }
-        }
+        // Closed first: a full ring that is closed refuses with end, not
+        // with "full" (D6).
         let mut tail = self.tail().load(Ordering::Relaxed);
         if tail.has(TAIL_CLOSED) {
             return Ok(Pushed::Closed);
         }
+        if !self.has_room(turn)? {
+            return Ok(Pushed::Full);
+        }
         self.write(turn.own, msg);
-        loop {
+        for _ in 0..MOVE_TRIES {
             if tail.position() != turn.own {
                 return Err(Error::Corrupt("the receiver moved the sender's position"));
             }
@@ -278,6 +282,9 @@ impl ShmRing {
                 Err(now) => tail = now,
             }
         }
+        Err(Error::Corrupt(
+            "the receiver keeps changing the sender's word",
+        ))
     }
 
     /// The message at the receiver's position `turn.own`, if one is
@@ -299,6 +306,16 @@ impl ShmRing {
         }
     }
 
+    /// Whether the sender at `turn` has room for one more message, reading
+    /// the receiver's position (checked) when its last one says full.
+    pub(in crate::chan) fn has_room(&self, turn: &mut Turn) -> Result<bool> {
+        if turn.own - turn.seen >= self.cap {
+            let head = self.head().load(Ordering::Acquire);
+            turn.seen = self.refresh(head, turn, true)?;
+        }
+        Ok(turn.own - turn.seen < self.cap)
+    }
+
     /// Copies the message `peek` found, `len` bytes, into the front of
     /// `out`.
     pub(in crate::chan) fn copy_out(&self, turn: &Turn, len: usize, out: &mut [u8]) {
@@ -310,7 +327,7 @@ impl ShmRing {
     /// on).
     pub(in crate::chan) fn release(&self, turn: &mut Turn) -> Result<Word> {
         let mut head = self.head().load(Ordering::Relaxed);
-        loop {
+        for _ in 0..MOVE_TRIES {
             if head.position() != turn.own {
                 return Err(Error::Corrupt("the sender moved the receiver's position"));
             }
@@ -323,6 +340,9 @@ impl ShmRing {
                 Err(now) => head = now,
             }
         }
+        Err(Error::Corrupt(
+            "the sender keeps changing the receiver's word",
+        ))
     }
 
     /// Whether the receiver at `turn` has emptied the queue: nothing past
@@ -394,5 +414,9 @@ impl Queue for ShmRing {
 
     fn fits(&self, depth: u64, _bytes: u64, _len: usize) -> bool {
         depth < self.cap
+    }
+
+    fn judge_tries(&self) -> u32 {
+        MOVE_TRIES
     }
 }

@@ -1,0 +1,794 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
+/*
+ * bench-ipc: libeventq's process-shared channel against the ways a C
+ * programmer moves messages between processes on Linux: a Unix
+ * SOCK_SEQPACKET socket, a pipe, ZeroMQ and nng over ipc://, with the
+ * in-process libeventq channel (threads) as the reference.
+ *
+ * Configurations: 1P1C and 4P1C (producer processes, one consumer
+ * process), 8-byte and 1 KiB messages (bench-peers' format and check,
+ * ../peers/peers.h). Each run forks a consumer process, which sets its row
+ * up and forks the producer processes (the in-process rows start threads
+ * instead); see ipc.h. A run lasts a time, not a count: the producers send
+ * as fast as they can until the harness stops them, and the rate is what
+ * the consumer received in a window of --seconds (default 0.5, longer if
+ * it got fewer than 1000 messages) after a 0.1 s warm-up that starts with
+ * its first message. Every row of every configuration runs once, then
+ * again, --reps times (default 5), so a burst of load elsewhere spreads
+ * over all rows; each ratio is taken within a repetition and reported as
+ * the median and min-max of those per-repetition ratios.
+ *
+ * Idle-gap ping: one producer process sleeps 1 ms (the consumer is asleep
+ * in epoll_wait by then), stamps CLOCK_MONOTONIC into a 16-byte message
+ * and sends it; the consumer reads CLOCK_MONOTONIC as soon as it holds the
+ * message: the one-way latency, from the send call to the message in hand
+ * after the wake-up. The consumer acknowledges through the shared page
+ * (outside what is measured) before the next gap starts.
+ *
+ * Targets, judged from the per-repetition ratios: met only if the
+ * spread's worse end meets the target, MISSED if its better end misses,
+ * unsettled if it straddles. Nothing is asserted: the program exits 1 only
+ * if a run failed to deliver (a lost, duplicated, reordered or damaged
+ * message, a hang), 2 on an error of the bench itself.
+ *
+ *   ipc [--smoke] [--reps N] [--seconds S] [--ping N] [--filter TEXT]
+ *
+ * --smoke: a fixed tiny count per producer, one repetition, 20 pings, no
+ * timing judged (make test's bench-ipc-smoke). --filter: only rows whose
+ * "<config> <size> B <label>" (ping rows: "ping <label>") contains TEXT or
+ * one of its '|'-separated alternatives.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <eventq.h>
+
+#include "ipc.h"
+
+const char *const bench_prog = "bench-ipc";
+
+/* --- configuration ------------------------------------------------------------ */
+
+#define MAX_REPS 50
+#define MAX_ROWS 12
+#define PING_SIZE 16
+#define PING_WARM 20
+#define WARM_SECONDS 0.1
+/* A run that makes no progress for this long is a hang (a lost wake-up or
+ * a lost end marker): its processes are killed and it fails. */
+#define HANG_SECONDS 30
+
+static struct {
+    int smoke, reps, ping;
+    double seconds;
+    const char *filter;
+} cfg;
+
+static const struct row *rows[MAX_ROWS];
+static int nrows;
+/* The ping rows: per-message receive for libeventq. */
+static const struct row *const PING_ROWS[] = {&eq_shared_recv, &eq_local_recv, &sys_pipe,
+                                              &sys_seqpacket};
+#define NPING (int)(sizeof PING_ROWS / sizeof PING_ROWS[0])
+
+static const struct lib *const LIBS[] = {
+    &lib_eventq, &lib_sys,
+#ifdef PEERS_HAVE_ZMQ
+    &lib_zmq,
+#endif
+#ifdef PEERS_HAVE_NNG
+    &lib_nng,
+#endif
+};
+#define NLIBS (int)(sizeof LIBS / sizeof LIBS[0])
+
+static int filtered_in(const char *name)
+{
+    return filter_match(cfg.filter, name);
+}
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: ipc [--smoke] [--reps N] [--seconds S] [--ping N] [--filter TEXT]\n");
+    exit(2);
+}
+
+static void parse_args(int argc, char **argv)
+{
+    cfg.reps = -1;
+    cfg.ping = -1;
+    cfg.seconds = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--smoke"))
+            cfg.smoke = 1;
+        else if (!strcmp(a, "--reps") && i + 1 < argc)
+            cfg.reps = atoi(argv[++i]);
+        else if (!strcmp(a, "--seconds") && i + 1 < argc)
+            cfg.seconds = atof(argv[++i]);
+        else if (!strcmp(a, "--ping") && i + 1 < argc)
+            cfg.ping = atoi(argv[++i]);
+        else if (!strcmp(a, "--filter") && i + 1 < argc)
+            cfg.filter = argv[++i];
+        else
+            usage();
+    }
+    cfg.smoke |= smoke_from_env();
+    if (cfg.reps == 0 || cfg.reps > MAX_REPS || cfg.ping == 0 || cfg.ping > MAX_PING ||
+        cfg.seconds == 0 || cfg.seconds > 60)
+        usage();
+    if (cfg.reps < 0)
+        cfg.reps = cfg.smoke ? 1 : 5;
+    if (cfg.ping < 0)
+        cfg.ping = cfg.smoke ? 20 : 1000;
+    if (cfg.seconds < 0)
+        cfg.seconds = 0.5;
+}
+
+void endpoint_name(char *buf, size_t cap, const char *prefix)
+{
+    /* Rows make their state in the run's consumer process: its pid is
+     * unique among the runs alive. */
+    snprintf(buf, cap, "%seventq-bench-ipc-%d", prefix, (int)getpid());
+}
+
+/* --- the shared page and its signals ---------------------------------------------- */
+
+static struct shared *sh;
+
+static void futex_wait_set(_Atomic uint32_t *w)
+{
+    while (!atomic_load(w))
+        if (syscall(SYS_futex, w, FUTEX_WAIT, 0, NULL, NULL, 0) < 0 && errno != EAGAIN &&
+            errno != EINTR)
+            die("futex: %s", strerror(errno));
+}
+
+static void futex_set(_Atomic uint32_t *w)
+{
+    atomic_store(w, 1);
+    syscall(SYS_futex, w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static void sleep_sec(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+/* A child of the run: dies with its parent. */
+static void child_of(pid_t parent)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(3);
+}
+
+/* --- producers and consumer ----------------------------------------------------------- */
+
+struct prod_arg {
+    const struct row *row;
+    void *st;
+    int p;
+    enum mode mode;
+    const struct run_info *ri;
+};
+
+static void flood(const struct prod_arg *a, void *tx)
+{
+    uint64_t *k = checksum_k(a->ri->size);
+    struct msgbuf m;
+    msg_init(&m, a->ri->size, a->p, k);
+    uint64_t seq = 0;
+    for (;; seq++) {
+        if (a->ri->smoke ? seq == a->ri->per_prod
+                         : atomic_load_explicit(&sh->stop, memory_order_relaxed) != 0)
+            break;
+        msg_stamp(&m, a->p, seq);
+        a->row->send(tx, m.d, m.size);
+    }
+    /* Before the end marker, which the consumer checks the count against. */
+    atomic_store(&sh->sent[a->p], seq);
+    msg_stamp(&m, a->p, SEQ_END);
+    a->row->send(tx, m.d, m.size);
+    free(m.d);
+    free(k);
+}
+
+static void ping(const struct prod_arg *a, void *tx)
+{
+    uint64_t total = (uint64_t)sh->ping_warm + (uint64_t)sh->ping_n, msg[2];
+    for (uint64_t i = 0; i < total; i++) {
+        sleep_sec(0.001); /* the idle gap: the consumer is asleep in epoll_wait */
+        msg[0] = i;
+        msg[1] = mono_ns();
+        a->row->send(tx, msg, sizeof msg);
+        /* The consumer's ack, through the shared page: no wake-up of its
+         * own is measured. */
+        while (atomic_load(&sh->acked) != i + 1)
+            sleep_sec(20e-6);
+    }
+    atomic_store(&sh->sent[0], total);
+    msg[0] = SEQ_END;
+    msg[1] = 0;
+    a->row->send(tx, msg, sizeof msg);
+}
+
+static void *producer_main(void *arg)
+{
+    struct prod_arg *a = arg;
+    void *tx = a->row->producer_open(a->st, a->p);
+    atomic_fetch_add(&sh->ready, 1);
+    futex_wait_set(&sh->go);
+    if (a->mode == MODE_PING)
+        ping(a, tx);
+    else
+        flood(a, tx);
+    /* Whatever a library still buffers goes before its socket closes. */
+    futex_wait_set(&sh->done);
+    if (a->row->producer_close)
+        a->row->producer_close(tx);
+    return NULL;
+}
+
+int ping_msg(struct sink *k, const void *data, size_t len)
+{
+    uint64_t t1 = mono_ns();
+    struct tally *t = k->t;
+    atomic_store_explicit(&t->seen, atomic_load_explicit(&t->seen, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    if (len != PING_SIZE) {
+        tally_fail(t, "ping of %zu bytes, expected %d", len, PING_SIZE);
+        return 0;
+    }
+    uint64_t seq = load64(data), t0 = load64((const unsigned char *)data + 8);
+    if (seq == SEQ_END) {
+        uint64_t want = (uint64_t)sh->ping_warm + (uint64_t)sh->ping_n;
+        if (k->ping_next != want)
+            tally_fail(t, "ping end marker after %llu of %llu pings",
+                       (unsigned long long)k->ping_next, (unsigned long long)want);
+        t->next[0] = SEQ_END;
+        return t->done = 1;
+    }
+    if (seq != k->ping_next)
+        tally_fail(t, "ping %llu where %llu was due", (unsigned long long)seq,
+                   (unsigned long long)k->ping_next);
+    k->ping_next = seq + 1;
+    if (seq >= (uint64_t)sh->ping_warm && sh->nlat < MAX_PING)
+        sh->lat[sh->nlat++] = (double)(t1 - t0);
+    atomic_store(&sh->acked, seq + 1);
+    return 0;
+}
+
+static uint64_t ctx_switches(int who)
+{
+    struct rusage ru;
+    getrusage(who, &ru);
+    return (uint64_t)ru.ru_nvcsw + (uint64_t)ru.ru_nivcsw;
+}
+
+/* The consumer process of one run; never returns. */
+static void consumer_main(const struct row *row, const struct run_info *ri, enum mode mode,
+                          pid_t harness)
+{
+    child_of(harness);
+    setpgid(0, 0);
+    int P = ri->producers;
+    void *st = row->setup(ri);
+    struct prod_arg args[MAX_PRODUCERS];
+    pthread_t thr[MAX_PRODUCERS];
+    pid_t kids[MAX_PRODUCERS];
+    for (int p = 0; p < P; p++) {
+        args[p] = (struct prod_arg){row, st, p, mode, ri};
+        if (row->threads) {
+            if (pthread_create(&thr[p], NULL, producer_main, &args[p]))
+                die("pthread_create failed");
+            continue;
+        }
+        pid_t me = getpid();
+        kids[p] = fork();
+        if (kids[p] < 0)
+            die("fork: %s", strerror(errno));
+        if (kids[p] == 0) {
+            child_of(me);
+            producer_main(&args[p]);
+            _exit(0);
+        }
+    }
+    struct sink k = {.mode = mode, .sh = sh, .t = &sh->tally};
+    sh->tally.k = checksum_k(ri->size);
+    atomic_fetch_add(&sh->ready, 1);
+    futex_wait_set(&sh->go);
+    row->consume(st, &k);
+    futex_set(&sh->done);
+    int bad_kid = 0;
+    for (int p = 0; p < P; p++) {
+        if (row->threads) {
+            pthread_join(thr[p], NULL);
+            continue;
+        }
+        int status;
+        while (waitpid(kids[p], &status, 0) < 0)
+            if (errno != EINTR)
+                die("waitpid: %s", strerror(errno));
+        if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && !bad_kid++)
+            snprintf(sh->error, sizeof sh->error, "producer process %d ended with status %#x",
+                     p, status);
+    }
+    if (!bad_kid)
+        tally_complete(&sh->tally, sh->error, sizeof sh->error);
+    sh->ctxsw = (double)(ctx_switches(RUSAGE_SELF) + ctx_switches(RUSAGE_CHILDREN));
+    row->teardown(st, sh->note, sizeof sh->note);
+    _exit(0);
+}
+
+/* --- one run, from the harness ------------------------------------------------------------ */
+
+struct result {
+    double rate;  /* messages per second in the timed window */
+    double ctxsw; /* per message, every process of the run, whole run */
+    double wakes; /* consumer wake-ups per message, whole run */
+    double p50, p99; /* ping, ns */
+    char note[160];
+    char error[600];
+};
+
+/* Waits for the run's consumer; a run with no progress for HANG_SECONDS
+ * is killed. Returns 0, or -1 with the error written. */
+static int wait_consumer(pid_t pid, int *status, const char *name, struct result *res)
+{
+    uint64_t last = UINT64_MAX;
+    double since = now_sec();
+    for (;;) {
+        pid_t r = waitpid(pid, status, WNOHANG);
+        if (r == pid)
+            return 0;
+        if (r < 0 && errno != EINTR)
+            die("waitpid: %s", strerror(errno));
+        uint64_t seen = atomic_load_explicit(&sh->tally.seen, memory_order_relaxed) +
+                        (uint64_t)atomic_load(&sh->ready);
+        if (seen != last) {
+            last = seen;
+            since = now_sec();
+        } else if (now_sec() - since > HANG_SECONDS) {
+            kill(-pid, SIGKILL);
+            kill(pid, SIGKILL);
+            waitpid(pid, status, 0);
+            snprintf(res->error, sizeof res->error,
+                     "%s: no progress for %d s (%llu messages received): a hang (lost wake-up "
+                     "or lost message?)",
+                     name, HANG_SECONDS,
+                     (unsigned long long)atomic_load_explicit(&sh->tally.seen,
+                                                              memory_order_relaxed));
+            return -1;
+        }
+        sleep_sec(0.002);
+    }
+}
+
+static void run_one(const struct row *row, int P, size_t size, enum mode mode, const char *name,
+                    struct result *res)
+{
+    memset(res, 0, sizeof *res);
+    memset(sh, 0, sizeof *sh);
+    struct run_info ri = {
+        .producers = P,
+        .size = size,
+        .per_prod = cfg.smoke ? 4000 / (uint64_t)P : 0,
+        .smoke = cfg.smoke,
+    };
+    sh->tally = (struct tally){
+        .producers = P,
+        .size = size,
+        .per_prod = ri.per_prod,
+        .next = sh->next,
+        .wakes = -1,
+        .expect = sh->sent,
+    };
+    sh->ping_warm = cfg.smoke ? 2 : PING_WARM;
+    sh->ping_n = cfg.ping;
+    pid_t harness = getpid();
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork: %s", strerror(errno));
+    if (pid == 0)
+        consumer_main(row, &ri, mode, harness);
+    setpgid(pid, pid); /* also done by the child: whichever is first */
+
+    /* Everyone set up: go. */
+    double t = now_sec();
+    while (atomic_load(&sh->ready) < P + 1) {
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            snprintf(res->error, sizeof res->error,
+                     "%s: the consumer process ended (status %#x) before the start", name,
+                     status);
+            return;
+        }
+        if (now_sec() - t > HANG_SECONDS) {
+            kill(-pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            snprintf(res->error, sizeof res->error, "%s: not set up after %d s", name,
+                     HANG_SECONDS);
+            return;
+        }
+        sleep_sec(0.0005);
+    }
+    futex_set(&sh->go);
+
+    /* The timed window: after a warm-up that starts with the first message. */
+    uint64_t s0 = 0, s1 = 0;
+    double t0 = 0, t1 = 0;
+    if (mode == MODE_FLOOD && !cfg.smoke) {
+        _Atomic uint64_t *seen = &sh->tally.seen;
+        t = now_sec();
+        while (atomic_load_explicit(seen, memory_order_relaxed) == 0 && now_sec() - t < 10)
+            sleep_sec(0.0005);
+        sleep_sec(WARM_SECONDS);
+        t0 = now_sec();
+        s0 = atomic_load_explicit(seen, memory_order_relaxed);
+        do {
+            sleep_sec(0.05);
+            t1 = now_sec();
+            s1 = atomic_load_explicit(seen, memory_order_relaxed);
+        } while (t1 - t0 < cfg.seconds || (s1 - s0 < 1000 && t1 - t0 < 10));
+        atomic_store(&sh->stop, 1);
+    }
+
+    int status;
+    if (wait_consumer(pid, &status, name, res) < 0)
+        return;
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+        snprintf(res->error, sizeof res->error, "%s: the consumer process ended with status %#x",
+                 name, status);
+        return;
+    }
+    if (sh->error[0]) {
+        snprintf(res->error, sizeof res->error, "%s: %s", name, sh->error);
+        return;
+    }
+    snprintf(res->note, sizeof res->note, "%s", sh->note);
+    uint64_t total = atomic_load(&sh->tally.seen);
+    res->rate = t1 > t0 ? (double)(s1 - s0) / (t1 - t0) : 0;
+    res->ctxsw = total ? sh->ctxsw / (double)total : 0;
+    res->wakes = total && sh->tally.wakes >= 0 ? (double)sh->tally.wakes / (double)total : -1;
+    if (mode == MODE_PING) {
+        res->p50 = quantile(sh->lat, sh->nlat, 0.5);
+        res->p99 = quantile(sh->lat, sh->nlat, 0.99);
+    }
+}
+
+/* --- report ----------------------------------------------------------------------------------- */
+
+/* results[group][row][rep]; ping[row][rep] */
+static struct result results[N_GROUPS][MAX_ROWS][MAX_REPS];
+static struct result pings[NPING][MAX_REPS];
+static int counts[N_GROUPS][MAX_ROWS], ping_counts[NPING];
+
+static int row_index(const struct row *r)
+{
+    for (int i = 0; i < nrows; i++)
+        if (rows[i] == r)
+            return i;
+    return -1;
+}
+
+/* The spread of a/b over the repetitions in which both ran: median, min,
+ * max. 0 when there is none. */
+struct spread {
+    int n;
+    double med, lo, hi;
+};
+
+static struct spread spread_of(const double *v, int n)
+{
+    struct spread s = {n, NAN, INFINITY, -INFINITY};
+    for (int i = 0; i < n; i++) {
+        s.lo = fmin(s.lo, v[i]);
+        s.hi = fmax(s.hi, v[i]);
+    }
+    s.med = median(v, n);
+    return s;
+}
+
+static struct spread rate_ratio(int gi, int a, int b)
+{
+    double v[MAX_REPS];
+    int n = 0;
+    if (a < 0 || b < 0)
+        return (struct spread){0, NAN, NAN, NAN};
+    for (int i = 0; i < counts[gi][a] && i < counts[gi][b]; i++) {
+        const struct result *x = &results[gi][a][i], *y = &results[gi][b][i];
+        if (!x->error[0] && !y->error[0] && y->rate > 0)
+            v[n++] = x->rate / y->rate;
+    }
+    return spread_of(v, n);
+}
+
+static struct spread ping_ratio(int a, int b)
+{
+    double v[MAX_REPS];
+    int n = 0;
+    for (int i = 0; i < ping_counts[a] && i < ping_counts[b]; i++) {
+        const struct result *x = &pings[a][i], *y = &pings[b][i];
+        if (!x->error[0] && !y->error[0] && y->p50 > 0)
+            v[n++] = x->p50 / y->p50;
+    }
+    return spread_of(v, n);
+}
+
+static void fmt_spread(char *buf, size_t cap, struct spread s)
+{
+    if (!s.n)
+        snprintf(buf, cap, "-");
+    else
+        snprintf(buf, cap, "%.2f (%.2f-%.2f)", s.med, s.lo, s.hi);
+}
+
+/* met only if the worse end of the spread meets the target, MISSED if its
+ * better end misses, unsettled if it straddles. */
+static void judge(const char *what, struct spread s, double want, int at_most)
+{
+    char sp[64];
+    fmt_spread(sp, sizeof sp, s);
+    if (!s.n) {
+        printf("%-58s %-20s target %s %.1fx  not measured\n", what, "-", at_most ? "<=" : ">=",
+               want);
+        return;
+    }
+    const char *v;
+    if (at_most)
+        v = s.hi <= want ? "met" : s.lo > want ? "MISSED" : "unsettled";
+    else
+        v = s.lo >= want ? "met" : s.hi < want ? "MISSED" : "unsettled";
+    /* How far from the target: the median when MISSED, the worse end
+     * of the spread when unsettled. */
+    char by[96] = "";
+    double at = !strcmp(v, "MISSED") ? s.med : at_most ? s.hi : s.lo;
+    if (strcmp(v, "met"))
+        snprintf(by, sizeof by, " (%s %.2fx: %.0f%% %s)",
+                 !strcmp(v, "MISSED") ? "median" : "worse end", at,
+                 fabs(at / want - 1) * 100, at_most ? "over" : "short");
+    printf("%-58s %-20s target %s %.1fx  %s%s\n", what, sp, at_most ? "<=" : ">=", want, v, by);
+}
+
+static void print_tables(void)
+{
+    int ref = row_index(&eq_shared_batch);
+    printf("M msg/s, ns/msg: messages the consumer received in the timed window over its "
+           "length; median and min-max of the repetitions. ctxsw/msg: context switches of "
+           "every process of the run (consumer and producers), whole run, per message. "
+           "wakes/msg: the consumer's epoll_wait returns per message. shared/row: libeventq "
+           "shared (epoll + recv_batch) over this row, per repetition: median (min-max); > 1 "
+           "means the shared channel is faster.\n");
+    for (int gi = 0; gi < N_GROUPS; gi++) {
+        int any = 0;
+        for (int ri = 0; ri < nrows; ri++)
+            any |= counts[gi][ri] > 0;
+        if (!any)
+            continue;
+        printf("\n== %dP1C, %zu-byte messages (%s) ==\n", GROUPS[gi].producers, GROUPS[gi].size,
+               GROUPS[gi].producers == 1 ? "one producer process"
+                                         : "four producer processes, one consumer process");
+        printf("%-56s %8s %8s %13s %9s %9s %20s  %s\n", "row", "M msg/s", "ns/msg",
+               "min-max M/s", "ctxsw/msg", "wakes/msg", "shared/row", "notes");
+        for (int ri = 0; ri < nrows; ri++) {
+            int n = counts[gi][ri], good = 0;
+            if (!n)
+                continue;
+            double rates[MAX_REPS], cs[MAX_REPS], wk[MAX_REPS];
+            for (int i = 0; i < n; i++) {
+                const struct result *r = &results[gi][ri][i];
+                if (r->error[0])
+                    continue;
+                rates[good] = r->rate;
+                cs[good] = r->ctxsw;
+                wk[good++] = r->wakes;
+            }
+            if (!good) {
+                printf("%-56s  DELIVERY FAILED in every repetition\n", rows[ri]->label);
+                continue;
+            }
+            struct spread s = spread_of(rates, good);
+            char rate[16] = "-", ns[16] = "-", mm[32] = "-", ratio[48];
+            if (s.med > 0) { /* not in smoke mode */
+                snprintf(rate, sizeof rate, "%.2f", s.med / 1e6);
+                snprintf(ns, sizeof ns, "%.1f", 1e9 / s.med);
+                snprintf(mm, sizeof mm, "%.2f-%.2f", s.lo / 1e6, s.hi / 1e6);
+            }
+            fmt_spread(ratio, sizeof ratio, rate_ratio(gi, ref, ri));
+            printf("%-56s %8s %8s %13s %9.3f %9.4f %20s  %s%s\n", rows[ri]->label, rate, ns, mm,
+                   median(cs, good), median(wk, good), ri == ref ? "-" : ratio,
+                   results[gi][ri][n - 1].note,
+                   good < n ? "  DELIVERY FAILED (some repetitions)" : "");
+        }
+    }
+    int any = 0;
+    for (int i = 0; i < NPING; i++)
+        any |= ping_counts[i] > 0;
+    if (!any)
+        return;
+    printf("\n== idle-gap ping, one way: 1 ms gap, then a 16-byte message stamped with "
+           "CLOCK_MONOTONIC at the send; the consumer, asleep in epoll_wait, reads the clock "
+           "when it holds the message. %d samples per repetition; median over repetitions, "
+           "with min-max ==\n",
+           cfg.ping);
+    printf("%-56s %8s %15s %8s %15s %20s\n", "row", "p50 us", "p50 min-max", "p99 us",
+           "p99 min-max", "shared/row p50");
+    for (int i = 0; i < NPING; i++) {
+        int n = ping_counts[i], good = 0;
+        if (!n)
+            continue;
+        double p50[MAX_REPS], p99[MAX_REPS];
+        for (int r = 0; r < n; r++)
+            if (!pings[i][r].error[0]) {
+                p50[good] = pings[i][r].p50 / 1e3;
+                p99[good++] = pings[i][r].p99 / 1e3;
+            }
+        if (!good) {
+            printf("%-56s  DELIVERY FAILED in every repetition\n", PING_ROWS[i]->label);
+            continue;
+        }
+        struct spread a = spread_of(p50, good), b = spread_of(p99, good);
+        char am[32], bm[32], ratio[48];
+        snprintf(am, sizeof am, "%.1f-%.1f", a.lo, a.hi);
+        snprintf(bm, sizeof bm, "%.1f-%.1f", b.lo, b.hi);
+        fmt_spread(ratio, sizeof ratio, ping_ratio(0, i));
+        printf("%-56s %8.1f %15s %8.1f %15s %20s\n", PING_ROWS[i]->label, a.med, am, b.med, bm,
+               i == 0 ? "-" : ratio);
+    }
+}
+
+/* A throughput target for the shared channel over row `vs` in group gi:
+ * judged on the level-triggered batch row, then shown for the EPOLLET row. */
+static void judge_rate(const char *what, int gi, const struct row *vs, double want)
+{
+    char et[200];
+    judge(what, rate_ratio(gi, row_index(&eq_shared_batch), row_index(vs)), want, 0);
+    snprintf(et, sizeof et, "      the same, EPOLLET");
+    judge(et, rate_ratio(gi, row_index(&eq_shared_et), row_index(vs)), want, 0);
+}
+
+static void print_targets(void)
+{
+    printf("\n== targets (per-repetition ratios, median (min-max); met only if the whole "
+           "spread meets the target, MISSED if none of it does, unsettled if it straddles; "
+           "reported, never asserted). The shared channel: epoll (level-triggered) + "
+           "recv_batch; its EPOLLET row below each, for comparison ==\n");
+    char what[160];
+    for (int gi = 0; gi < N_GROUPS; gi++) {
+        if (GROUPS[gi].size != 8)
+            continue;
+        snprintf(what, sizeof what, "(1) %dP1C 8 B: shared / Unix SOCK_SEQPACKET",
+                 GROUPS[gi].producers);
+        judge_rate(what, gi, &sys_seqpacket, 5.0);
+    }
+    for (int gi = 0; gi < N_GROUPS; gi++) {
+        if (GROUPS[gi].size != 8)
+            continue;
+        snprintf(what, sizeof what, "(2) %dP1C 8 B: shared / ZeroMQ ipc://",
+                 GROUPS[gi].producers);
+#ifdef PEERS_HAVE_ZMQ
+        judge_rate(what, gi, &zmq_ipc, 2.0);
+#else
+        printf("%-58s ZeroMQ left out\n", what);
+#endif
+    }
+    for (int gi = 0; gi < N_GROUPS; gi++) {
+        snprintf(what, sizeof what, "(3) %dP1C %zu B: shared / in-process (recv_batch)",
+                 GROUPS[gi].producers, GROUPS[gi].size);
+        judge_rate(what, gi, &eq_local_batch, 0.7);
+    }
+    judge("(4) idle-gap ping p50: shared / in-process", ping_ratio(0, 1), 1.2, 1);
+}
+
+int main(int argc, char **argv)
+{
+    parse_args(argc, argv);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    for (int l = 0; l < NLIBS; l++)
+        for (int i = 0; i < LIBS[l]->nrows; i++)
+            rows[nrows++] = LIBS[l]->rows[i];
+    sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (sh == MAP_FAILED)
+        die("mmap: %s", strerror(errno));
+
+    struct watch w;
+    watch_start(&w);
+    int failures = 0;
+    char errors[32][640];
+    for (int rep = 0; rep < cfg.reps; rep++) {
+        fprintf(stderr, "bench-ipc: repetition %d/%d\n", rep + 1, cfg.reps);
+        for (int gi = 0; gi < N_GROUPS; gi++) {
+            for (int ri = 0; ri < nrows; ri++) {
+                char name[256];
+                snprintf(name, sizeof name, "%dP1C %zu B %s", GROUPS[gi].producers,
+                         GROUPS[gi].size, rows[ri]->label);
+                if (!filtered_in(name))
+                    continue;
+                struct result *res = &results[gi][ri][counts[gi][ri]++];
+                double a = now_sec();
+                run_one(rows[ri], GROUPS[gi].producers, GROUPS[gi].size, MODE_FLOOD, name, res);
+                fprintf(stderr, "  %s: %.2f M msg/s, %.2f s%s\n", name, res->rate / 1e6,
+                        now_sec() - a, res->error[0] ? "  DELIVERY FAILED" : "");
+                if (res->error[0] && failures++ < 32)
+                    snprintf(errors[failures - 1], sizeof errors[0], "%s", res->error);
+            }
+        }
+        for (int i = 0; i < NPING; i++) {
+            char name[256];
+            snprintf(name, sizeof name, "ping %s", PING_ROWS[i]->label);
+            if (!filtered_in(name))
+                continue;
+            struct result *res = &pings[i][ping_counts[i]++];
+            double a = now_sec();
+            run_one(PING_ROWS[i], 1, PING_SIZE, MODE_PING, name, res);
+            fprintf(stderr, "  %s: p50 %.1f us, p99 %.1f us, %.2f s%s\n", name, res->p50 / 1e3,
+                    res->p99 / 1e3, now_sec() - a, res->error[0] ? "  DELIVERY FAILED" : "");
+            if (res->error[0] && failures++ < 32)
+                snprintf(errors[failures - 1], sizeof errors[0], "%s", res->error);
+        }
+    }
+    double elapsed = watch_stop(&w);
+
+    char mach[512];
+    machine(mach, sizeof mach);
+    printf("libeventq between processes (C, through libeventq's C ABI)%s\n",
+           cfg.smoke ? " (SMOKE: tiny counts, figures meaningless)" : "");
+    printf("machine: %s\n", mach);
+    printf("libraries:");
+    for (int l = 0; l < NLIBS; l++)
+        printf("%s %s %s", l ? "," : "", LIBS[l]->name, LIBS[l]->version());
+    printf("\n");
+#ifndef PEERS_HAVE_ZMQ
+    printf("LEFT OUT: ZeroMQ (pkg-config module libzmq not found when this was built); "
+           "install it with: apt-get install libzmq3-dev, then make bench-ipc again\n");
+#endif
+#ifndef PEERS_HAVE_NNG
+    printf("LEFT OUT: nng (<nng/nng.h> and -lnng not found when this was built); install it "
+           "with: apt-get install libnng-dev, then make bench-ipc again\n");
+#endif
+    printf("iceoryx2: not a row here (a Rust library); benches/ipc-iceoryx2 measures it "
+           "against the shared channel in the same way: make bench-ipc-iceoryx2\n");
+    printf("build: %s; %s per row and repetition (after a %.1f s warm-up), capacity %d for "
+           "libeventq, %d repetitions interleaved; %.0f s\n",
+#ifdef __OPTIMIZE__
+           "optimised",
+#else
+           "NOT OPTIMISED (figures not representative)",
+#endif
+           cfg.smoke ? "a fixed count" : "a timed window", WARM_SECONDS, CAPACITY, cfg.reps,
+           elapsed);
+    watch_report(&w);
+    printf("\n");
+    print_tables();
+    printf("\n");
+    if (cfg.smoke)
+        printf("== targets: not evaluated in smoke mode ==\n");
+    else
+        print_targets();
+    if (failures) {
+        printf("\nDELIVERY FAILURES (%d):\n", failures);
+        for (int i = 0; i < failures && i < 32; i++)
+            printf("  %s\n", errors[i]);
+        return 1;
+    }
+    printf("delivery: every run delivered every message exactly once, whole and in order\n");
+    return 0;
+}
