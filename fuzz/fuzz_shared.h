@@ -41,13 +41,13 @@
  * calls), never a message past the limit, and an end that returned -EPROTO
  * reads as closed (stats, -EPIPE).
  *
- * Known library bugs (tests/c/findings_shared.c) are stepped around unless
- * FUZZ_SHARED_BUGS is set in the environment: a write to an end's own
- * position word (or the page that holds both) leaves that end unused for
- * sends and receives (they loop for ever); a send on a full, closed ring
- * is not made (it returns -EAGAIN, not -EPIPE); memfds are not sealed
- * against writing (-EPERM, not -EPROTO); positions stay below 2^60 (at the
- * top of their range a send wraps the tail word).
+ * A known library bug (tests/c/findings_shared.c) is stepped around
+ * unless FUZZ_SHARED_BUGS is set in the environment: positions stay below
+ * 2^60 (at the top of their range a send wraps the tail word). Those fixed
+ * in 5b17806 were stepped around the same way until then: a write to an
+ * end's own position word (its receives or sends then looped for ever), a
+ * send on a full closed ring (-EAGAIN, not -EPIPE), memfds sealed against
+ * writing (-EPERM, not -EPROTO).
  */
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -79,7 +79,7 @@ static struct {
     size_t bytes;
     int mem, bells[2], link; /* mode 3: the harness's fds of the other end */
     int tainted, closed, send_raised;
-    int poisoned[2], broken[2]; /* [0] sender, [1] receiver */
+    int broken[2]; /* [0] sender, [1] receiver */
     uint64_t tail, head;   /* positions (the model's) */
     struct shq q[SH_QMAX];
     size_t qh, ql, qbytes;
@@ -216,7 +216,7 @@ static void sh_fill(uint8_t *b, size_t len)
 
 static int sh_usable(int which)
 {
-    return (which ? S.r : S.s) && (!S.poisoned[which] || sh_bugs);
+    return (which ? S.r : S.s) != NULL;
 }
 
 static void sh_send(int batch)
@@ -232,8 +232,6 @@ static void sh_send(int batch)
         b[i] = (eventq_buf){ bufs[i], len };
     }
     int full = S.ql >= S.cap;
-    if (sh_exact() && !S.forged && full && S.closed && !sh_bugs && b[0].len <= S.max)
-        return; /* known bug: -EAGAIN there, not -EPIPE (D6) */
     int rc = batch ? eventq_chan_send_batch(S.s, b, k, 0) : eventq_chan_send(S.s, b[0].data, b[0].len, 0);
     TRACE("shared %s of %zu (first %zu bytes): %d", batch ? "batch send" : "send", k, b[0].len, rc);
     if (rc == -EPROTO)
@@ -354,10 +352,6 @@ static void sh_write(void)
     TRACE("shared write: word %zu = %#llx", i, (unsigned long long)v);
     S.w[i] = v;
     S.tainted = 1;
-    if (i == SH_TAIL)
-        S.poisoned[0] = 1; /* known bug: the sender's own word */
-    if (i == SH_HEAD)
-        S.poisoned[1] = 1;
 }
 
 static void sh_punch(void)
@@ -365,11 +359,8 @@ static void sh_punch(void)
     size_t page = 4096;
     off_t off = (off_t)((u8() % (S.bytes / page + 2)) * page);
     TRACE("shared punch at %lld", (long long)off);
-    if (fallocate(S.mem, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, (off_t)page) == 0) {
+    if (fallocate(S.mem, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, (off_t)page) == 0)
         S.tainted = 1;
-        if (off == 0)
-            S.poisoned[0] = S.poisoned[1] = 1; /* both positions: known bug */
-    }
 }
 
 /* Hands the missing end over again: send_to and recv_from, or export and
@@ -405,7 +396,6 @@ static void sh_rehand(void)
         S.r = got;
     else
         S.s = got;
-    S.poisoned[S.s == got ? 0 : 1] = S.tainted; /* it reads the words as they are */
     S.broken[S.s == got ? 0 : 1] = 0;
 }
 
@@ -416,7 +406,7 @@ static void sh_free_one(void)
     TRACE("shared free of the %s end", which ? "receiving" : "sending");
     eventq_chan_free(*h);
     *h = NULL;
-    S.poisoned[which] = S.broken[which] = 0;
+    S.broken[which] = 0;
 }
 
 static void sh_misc(void)
@@ -472,7 +462,7 @@ static void sh_peer(void)
         sh_misc();
         return;
     }
-    if (S.tainted || S.poisoned[0] || S.poisoned[1])
+    if (S.tainted)
         return;
     uint64_t lines = sh_lines(S.max);
     if (S.r) {
@@ -667,8 +657,8 @@ static int sh_forge(int *side_out)
     if (lies & 128) {
         seals = u8() & 7;
         seals = (seals & 1 ? F_SEAL_SHRINK : 0) | (seals & 2 ? F_SEAL_GROW : 0) | (seals & 4 ? F_SEAL_SEAL : 0);
-        if (sh_bugs && u8() & 1)
-            seals |= F_SEAL_WRITE;
+        if (u8() & 1)
+            seals |= u8() & 1 ? F_SEAL_WRITE : F_SEAL_FUTURE_WRITE;
     }
     uint64_t head = u32(), tail = head + u8() % (S.cap + 1);
     uint8_t plie = u8();
@@ -690,7 +680,7 @@ static int sh_forge(int *side_out)
     }
     valid = valid && size % 64 == 0 && size >= SH_HEADER * SH_LINE &&
             (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) == (F_SEAL_SHRINK | F_SEAL_GROW) && head <= tail &&
-            tail - head <= cap && !(seals & F_SEAL_WRITE);
+            tail - head <= cap && !(seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE));
     if (size > (1u << 24))
         size = 1u << 24; /* a lie that large is refused for the size anyway */
     int mem = memfd_create("forged", MFD_CLOEXEC | (seals ? MFD_ALLOW_SEALING : 0));

@@ -33,9 +33,10 @@
 #   make hostile   tests/stress/hostile.c: a well-behaved process against a
 #                  hostile one that rewrites the shared memory and forges
 #                  handovers, HOSTILE_SESSIONS sessions
-#   make hostile-bugs  the library bugs those found, which fail until fixed:
-#                  tests/c/findings_shared.c (`make shm-findings` alone),
-#                  fuzz/findings/ replayed with FUZZ_SHARED_BUGS=1, hostile -b
+#   make shm-findings  the library bugs those found that are still open,
+#                  which fail until fixed: tests/c/findings_shared.c and
+#                  fuzz/findings/ replayed with FUZZ_SHARED_BUGS=1 (the fixed
+#                  ones are tests/c/test_shared_findings.c, in stage c-tests)
 # Stages: loom, stress-smoke, leaks-smoke, fuzz-corpus (the corpus replayed
 # through fuzz/driver.c under gcc's ASan+UBSan: no clang needed),
 # sanitize-smoke (the C tests and a short hostile run under ASan+UBSan,
@@ -94,7 +95,7 @@ SANITIZE_ENV = CC="$(CC)" CARGO="$(CARGO)" BUILD="$(BUILD)" PREFIX="$(TEST_PREFI
                NATIVE_LIBS="$$(cat $(NATIVE_LIBS))" VALGRIND="$(VALGRIND)"
 
 .PHONY: loom loom-mutations stress leaks sanitize fuzz fuzz-merge fuzz-driver crash crash-soak \
-        hostile hostile-bugs shm-findings
+        hostile shm-findings
 
 # Stage: loom model checks of the channel's wake-up protocol (tests/loom.rs,
 # and between processes tests/loom_shared.rs), built with --cfg loom in a
@@ -141,16 +142,14 @@ stage-crash-smoke: $(CRASH_BIN)
 stage-hostile-smoke: $(HOSTILE_BIN)
 	$(call timed,$(C_TEST_TIMEOUT)) $(HOSTILE_BIN) -q -n $(HOSTILE_SMOKE_SESSIONS)
 
-# The library bugs the two found (they fail until it is fixed): their
-# minimal reproducers, then the hostile test with its cases of them.
-shm-findings: $(FINDINGS_BIN)
-	$(call timed,$(C_TEST_TIMEOUT)) $(FINDINGS_BIN)
-hostile-bugs: $(HOSTILE_BIN) $(FINDINGS_BIN) $(FUZZ_DRIVER)
-	-$(call timed,$(C_TEST_TIMEOUT)) $(FINDINGS_BIN)
-	-@for f in fuzz/findings/*; do \
+# The library bugs the proofs found that are still open (this fails until
+# they are fixed): the fuzz inputs that show them, then their minimal
+# reproducers.
+shm-findings: $(FINDINGS_BIN) $(FUZZ_DRIVER)
+	@for f in fuzz/findings/*; do \
 	  if FUZZ_SHARED_BUGS=1 $(call timed,10) $(FUZZ_DRIVER) $$f >/dev/null 2>&1; \
 	  then echo "fuzz/findings: $$f passes (fixed?)"; else echo "fuzz/findings: $$f fails (FUZZ_SHARED_BUGS=1)"; fi; done
-	$(call timed,$(STRESS_TIMEOUT)) $(HOSTILE_BIN) -b -n $(HOSTILE_SMOKE_SESSIONS) $(HOSTILE_ARGS)
+	$(call timed,$(C_TEST_TIMEOUT)) $(FINDINGS_BIN)
 
 # memcheck counts definite and indirect leaks; "possibly lost" is left out:
 # std keeps one 48-byte handle of the main thread (std::thread::current(),

@@ -1,264 +1,72 @@
 /* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
- * Minimal reproducers of library bugs in the process-shared channel, found
- * by tests/stress/hostile.c (its -b cases). Each check is named "BUG: ..."
- * and fails until the library is fixed (tests/c/check.h); this program is
- * not a test_*.c, so stage c-tests does not run it: `make shm-findings`
- * does (and `make hostile-bugs` the hostile test's cases of them). Once a
- * bug is fixed, its check passes: rename it and move it into a test_*.c.
+ * Minimal reproducers of library bugs in the process-shared channel that
+ * are still open, found by fuzz/fuzz_shared.h (its FUZZ_SHARED_BUGS cases,
+ * fuzz/findings/). Each check is named "BUG: ..." and fails until the
+ * library is fixed (tests/c/check.h); this program is not a test_*.c, so
+ * stage c-tests does not run it: `make shm-findings` does. Once a bug is
+ * fixed, its check passes: rename it and move it into
+ * tests/c/test_shared_findings.c with the others.
  *
- * The other process is played by this one: it holds the other end too, and
- * writes the shared memory through a mapping of its own, or the shared
- * doorbell's file flags. Every call that might hang runs in a child with a
- * watchdog (alarm(2)): a call with timeout 0 that has not returned in
- * seconds is hung, not slow.
- *
- * 1. A receive on an empty ring never returns (timeout 0) after the other
- *    process writes the receiver's own `head` word lower; a send on a full
- *    ring, after it writes the sender's own `tail` lower. The contract
- *    (docs/design.md, "Between processes"): "never loops or waits on a
- *    shared word without bound"; a word out of range fails the call with
- *    -EPROTO. What happens: Channel::recv_with sees Peeked::Empty (judged
- *    by its own position), asks is_empty(), which compares the raw words,
- *    gets "not empty", and tries again, for ever (send_batch: Pushed::Full,
- *    then is_full() on the raw words). The state stays after the other
- *    process dies. The hostile test hits it the same way through a page
- *    punched out of the memfd (both positions to 0) and through a
- *    successor end whose own word the old peer still writes.
- * 2. The other process clears O_NONBLOCK on a doorbell eventfd (a flag of
- *    the open file, which both processes share) and empties it: the next
- *    send that fills the ring blocks for ever in the eventfd read of the
- *    send doorbell's lowering, though its timeout is 0 (with a counter
- *    filled to its maximum, a write blocks the same way). Contract: no call
- *    waits on the other process; a timeout of 0 never waits.
- * 3. eventq_chan_import_fds of a memfd sealed against writing
- *    (F_SEAL_WRITE or F_SEAL_FUTURE_WRITE, with the size seals) fails with
- *    -EPERM, which the header gives as "this end only sends (or only
- *    receives)"; it says a handover that is not a channel's end is -EPROTO
- *    (mmap's EPERM passes through).
- * 4. eventq_chan_import_fds given a larger struct whose extra bytes are not
- *    zero returns -E2BIG and leaves the four fds open; the header: "The
- *    four fds are the library's from the call on, on every path".
- *    (With a size below EVENTQ_SHARED_FDS_SIZE_MIN, -EINVAL, they are left
- *    open too; there the library cannot know them.)
- * 5. After close, a send on a full ring returns -EAGAIN (timeout 0) or
- *    -ETIMEDOUT, and one with EVENTQ_FOREVER never returns (it spins: each
- *    wait returns at once on the closed channel's raised doorbell, and the
- *    push says "full" again). D6: "after close, sends fail with -EPIPE";
- *    every blocked sender wakes (and returns). Channel::send_batch asks
- *    ShmRing::push, which reports Full before it looks at TAIL_CLOSED; the
- *    channel within one process returns -EPIPE. No hostile process needed:
- *    a consumer that closes the channel while the ring is full, and stops
- *    receiving, leaves the producer's blocking send spinning.
+ * 1. Positions at the top of their range. An end imported from a memory
+ *    whose tail and head are 2^61 - 1 (the largest a position word holds
+ *    below its 3 flag bits; the import checks only head <= tail <=
+ *    head + capacity) takes a send whose publication adds one to the tail
+ *    word: the word overflows. In a release build it wraps to position 0
+ *    and the send returns 0, for a message no receiver can take (the next
+ *    send fails with -EPROTO); with overflow checks (debug builds, `make
+ *    fuzz`'s library) it panics (ring.rs, SharedWord::advance) and every
+ *    send returns -ENOTRECOVERABLE, a code no call of the channel lists, on
+ *    an end that does not read as closed. The contract: a word out of its
+ *    range fails the call with -EPROTO and closes the channel on this side.
+ *    A well-behaved process never gets there (2^61 messages); a hostile
+ *    one does in one handover. A fix: refuse positions within a ring of
+ *    the top at import (or fail the move with -EPROTO).
  */
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 
 #include "check.h" /* includes <eventq.h> */
 
-#define HANG_S 3 /* a call with timeout 0 not returned by then: hung */
+#define TAIL_OFF 128
+#define HEAD_OFF 256
 
-/* Both ends of a new channel (capacity 4) in this process, and a mapping
- * of its memory as the other process would have it. */
-struct pair {
-    eventq_chan *tx, *rx;
-    volatile uint64_t *w;
-    size_t bytes;
-    int mem, send_bell; /* the other process's copies: the same open files */
-};
-
-static void pair_new(struct pair *p, int side_made)
+/* The end a hostile process hands over: a copy of a new channel's memory
+ * with both positions at the top, sealed as the library seals it. */
+static void top_of_the_range(void)
 {
     eventq_chan_opts o;
     eventq_chan_opts_init(&o, sizeof o);
     o.capacity = 4;
-    eventq_chan *made, *taken;
-    REQUIRE("new_shared", eventq_chan_new_shared(&o, side_made, &made) == 0);
+    eventq_chan *made, *taken = NULL;
+    REQUIRE("new_shared", eventq_chan_new_shared(&o, EVENTQ_SIDE_RECV, &made) == 0);
     eventq_shared_fds f;
     REQUIRE("export_fds", eventq_chan_export_fds(made, &f, sizeof f) == 0);
-    p->mem = dup(f.mem);
-    p->send_bell = dup(f.send_bell);
-    REQUIRE("import_fds", eventq_chan_import_fds(&f, sizeof f, &taken) == 0);
     struct stat st;
-    REQUIRE("fstat", fstat(p->mem, &st) == 0);
-    p->bytes = (size_t)st.st_size;
-    p->w = mmap(NULL, p->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, p->mem, 0);
-    REQUIRE("mmap", p->w != MAP_FAILED);
-    p->tx = side_made == EVENTQ_SIDE_SEND ? made : taken;
-    p->rx = side_made == EVENTQ_SIDE_SEND ? taken : made;
-}
-
-static void pair_free(struct pair *p)
-{
-    munmap((void *)p->w, p->bytes);
-    close(p->mem);
-    close(p->send_bell);
-    eventq_chan_free(p->tx);
-    eventq_chan_free(p->rx);
-}
-
-/* Runs `call` in a child with a watchdog; the child exits with the call's
- * code negated (0..255), or dies by SIGALRM if it hangs. Returns the code,
- * or 1 for a hang. */
-static int in_child(int (*call)(struct pair *), struct pair *p)
-{
-    fflush(stdout);
-    pid_t pid = fork();
-    REQUIRE("fork", pid >= 0);
-    if (pid == 0) {
-        signal(SIGALRM, SIG_DFL);
-        alarm(HANG_S);
-        _exit(-call(p) & 0xff);
-    }
-    int st;
-    REQUIRE("waitpid", waitpid(pid, &st, 0) == pid);
-    if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM)
-        return 1;
-    return WIFEXITED(st) ? -WEXITSTATUS(st) : 1;
-}
-
-static int recv_now(struct pair *p)
-{
-    char b[64];
-    size_t len;
-    return eventq_chan_recv(p->rx, b, sizeof b, &len, 0);
-}
-
-static int send_now(struct pair *p)
-{
-    return eventq_chan_send(p->tx, "y", 1, 0);
-}
-
-#define TAIL_WORD (128 / 8)
-#define HEAD_WORD (256 / 8)
-
-static void own_position_rewritten(void)
-{
-    struct pair p;
-    char b[64];
-    size_t len;
-
-    pair_new(&p, EVENTQ_SIDE_RECV);
-    REQUIRE("send", eventq_chan_send(p.tx, "x", 1, 0) == 0);
-    REQUIRE("recv", eventq_chan_recv(p.rx, b, sizeof b, &len, 0) == 0);
-    /* Empty (tail = head = position 1); the sender writes head to 0. */
-    p.w[HEAD_WORD] &= 7;
-    int rc = in_child(recv_now, &p);
-    CHECK_MSG("BUG: a receive (timeout 0) returns after the other process lowers the "
-              "receiver's own head word on an empty ring (-EPROTO, or -EAGAIN)",
-              rc != 1, "it did not return within %d s: a loop", HANG_S);
-    pair_free(&p);
-
-    pair_new(&p, EVENTQ_SIDE_SEND);
-    for (int i = 0; i < 4; i++)
-        REQUIRE("send", eventq_chan_send(p.tx, "x", 1, 0) == 0);
-    /* Full (tail 4, head 0); the receiver writes tail to 0. */
-    p.w[TAIL_WORD] &= 7;
-    rc = in_child(send_now, &p);
-    CHECK_MSG("BUG: a send (timeout 0) returns after the other process lowers the sender's "
-              "own tail word on a full ring (-EPROTO, or -EAGAIN)",
-              rc != 1, "it did not return within %d s: a loop", HANG_S);
-    pair_free(&p);
-}
-
-static void doorbell_made_blocking(void)
-{
-    struct pair p;
-    pair_new(&p, EVENTQ_SIDE_SEND);
-    int bell = p.send_bell; /* the receiving process's copy: the same open file */
-    for (int i = 0; i < 3; i++)
-        REQUIRE("send", eventq_chan_send(p.tx, "x", 1, 0) == 0);
-    uint64_t v;
-    (void)!read(bell, &v, sizeof v);                                  /* empty */
-    REQUIRE("F_SETFL", fcntl(bell, F_SETFL, fcntl(bell, F_GETFL) & ~O_NONBLOCK) == 0);
-    int rc = in_child(send_now, &p); /* fills the ring: lowers the send doorbell */
-    CHECK_MSG("BUG: a send (timeout 0) that fills the ring returns after the other process "
-              "made the send doorbell blocking and emptied it",
-              rc != 1, "it did not return within %d s (blocked in the doorbell eventfd's read)",
-              HANG_S);
-    pair_free(&p);
-}
-
-static int send_forever(struct pair *p)
-{
-    return eventq_chan_send(p->tx, "y", 1, EVENTQ_FOREVER);
-}
-
-static void closed_while_full(void)
-{
-    struct pair p;
-    pair_new(&p, EVENTQ_SIDE_SEND);
-    for (int i = 0; i < 4; i++)
-        REQUIRE("send", eventq_chan_send(p.tx, "x", 1, 0) == 0);
-    REQUIRE("close", eventq_chan_close(p.rx) == 0); /* the receiving process closes */
-    int rc = eventq_chan_send(p.tx, "y", 1, 0);
-    CHECK_MSG("BUG: after close, a send (timeout 0) on a full ring fails with -EPIPE (D6)",
-              rc == -EPIPE, "returned %d (%s)", rc, eventq_strerror(rc));
-    rc = eventq_chan_send(p.tx, "y", 1, 1000000);
-    CHECK_MSG("BUG: after close, a send (timeout 1 ms) on a full ring fails with -EPIPE (D6)",
-              rc == -EPIPE, "returned %d (%s)", rc, eventq_strerror(rc));
-    rc = in_child(send_forever, &p);
-    CHECK_MSG("BUG: after close, a send (EVENTQ_FOREVER) on a full ring returns -EPIPE (D6)",
-              rc == -EPIPE, rc == 1 ? "it did not return within %d s" : "returned %d", rc == 1 ? HANG_S : rc);
-    pair_free(&p);
-}
-
-static void write_sealed_memfd(void)
-{
-    static const int seals[2] = { F_SEAL_WRITE, F_SEAL_FUTURE_WRITE };
-    for (int i = 0; i < 2; i++) {
-        eventq_chan_opts o;
-        eventq_chan_opts_init(&o, sizeof o);
-        o.capacity = 4;
-        eventq_chan *made, *taken = NULL;
-        REQUIRE("new_shared", eventq_chan_new_shared(&o, EVENTQ_SIDE_SEND, &made) == 0);
-        eventq_shared_fds f;
-        REQUIRE("export_fds", eventq_chan_export_fds(made, &f, sizeof f) == 0);
-        /* A forged memory: the same bytes in a memfd sealed against writing. */
-        struct stat st;
-        REQUIRE("fstat", fstat(f.mem, &st) == 0);
-        int forged = memfd_create("forged", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-        REQUIRE("memfd", forged >= 0 && ftruncate(forged, st.st_size) == 0);
-        char *buf = malloc((size_t)st.st_size);
-        REQUIRE("copy", buf && pread(f.mem, buf, (size_t)st.st_size, 0) == st.st_size &&
-                            pwrite(forged, buf, (size_t)st.st_size, 0) == st.st_size);
-        free(buf);
-        REQUIRE("seals", fcntl(forged, F_ADD_SEALS,
-                               F_SEAL_SHRINK | F_SEAL_GROW | seals[i] | F_SEAL_SEAL) == 0);
-        close(f.mem);
-        f.mem = forged;
-        int rc = eventq_chan_import_fds(&f, sizeof f, &taken);
-        CHECK_MSG(i ? "BUG: import of a memfd with F_SEAL_FUTURE_WRITE: -EPROTO"
-                    : "BUG: import of a memfd with F_SEAL_WRITE: -EPROTO",
-                  rc == -EPROTO, "returned %d (%s)", rc, eventq_strerror(rc));
-        eventq_chan_free(taken);
-        eventq_chan_free(made);
-    }
-}
-
-static void import_larger_struct(void)
-{
-    eventq_chan_opts o;
-    eventq_chan_opts_init(&o, sizeof o);
-    eventq_chan *made, *taken = NULL;
-    REQUIRE("new_shared", eventq_chan_new_shared(&o, EVENTQ_SIDE_SEND, &made) == 0);
-    struct {
-        eventq_shared_fds f;
-        uint64_t newer_field;
-    } big;
-    REQUIRE("export_fds", eventq_chan_export_fds(made, &big.f, sizeof big.f) == 0);
-    big.newer_field = 1;
-    int rc = eventq_chan_import_fds(&big.f, sizeof big, &taken);
-    CHECK_INT("a larger struct with a field set: -E2BIG", rc, -E2BIG);
-    int fds[4] = { big.f.mem, big.f.recv_bell, big.f.send_bell, big.f.link }, open_fds = 0;
-    for (int i = 0; i < 4; i++)
-        if (fcntl(fds[i], F_GETFD) >= 0) {
-            open_fds++;
-            close(fds[i]);
-        }
-    CHECK_MSG("BUG: import_fds failing with -E2BIG takes the four fds over (closes them)",
-              open_fds == 0, "%d of the 4 fds left open", open_fds);
+    REQUIRE("fstat", fstat(f.mem, &st) == 0);
+    int forged = memfd_create("forged", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    REQUIRE("memfd", forged >= 0 && ftruncate(forged, st.st_size) == 0);
+    char *buf = malloc((size_t)st.st_size);
+    REQUIRE("copy", buf && pread(f.mem, buf, (size_t)st.st_size, 0) == st.st_size);
+    uint64_t top = ((1ull << 61) - 1) << 3;
+    memcpy(buf + TAIL_OFF, &top, 8);
+    memcpy(buf + HEAD_OFF, &top, 8);
+    REQUIRE("write", pwrite(forged, buf, (size_t)st.st_size, 0) == st.st_size);
+    free(buf);
+    REQUIRE("seals", fcntl(forged, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0);
+    close(f.mem);
+    f.mem = forged;
+    int rc = eventq_chan_import_fds(&f, sizeof f, &taken);
+    REQUIRE("import of the forged end (its layout and positions pass the checks)", rc == 0);
+    rc = eventq_chan_send(taken, "x", 1, 0);
+    eventq_chan_stats s;
+    REQUIRE("stats", eventq_chan_get_stats(taken, &s, sizeof s) == 0);
+    CHECK_MSG("BUG: a send that would move the tail past the top of its range fails with "
+              "-EPROTO, and the end reads as closed",
+              rc == -EPROTO && s.closed == 1,
+              "returned %d (%s), stats.closed %llu, stats.sent %llu (the tail word %s)", rc,
+              eventq_strerror(rc), (unsigned long long)s.closed, (unsigned long long)s.sent,
+              s.sent == 0 ? "wrapped to 0" : "did not move");
     eventq_chan_free(taken);
     eventq_chan_free(made);
 }
@@ -266,10 +74,6 @@ static void import_larger_struct(void)
 int main(void)
 {
     check_init();
-    own_position_rewritten();
-    doorbell_made_blocking();
-    closed_while_full();
-    write_sealed_memfd();
-    import_larger_struct();
+    top_of_the_range();
     return check_done();
 }

@@ -1029,7 +1029,7 @@ static void print_kills(int who)
 int main(int argc, char **argv)
 {
     shm_prog = "crash";
-    struct shm_args a = shm_parse(argc, argv, 200, "ROUNDS", 0);
+    struct shm_args a = shm_parse(argc, argv, 200, "ROUNDS");
     g_quiet = a.quiet;
     g_verbose = a.verbose;
     R = shm_shared_zeroed(sizeof *R);

@@ -9,7 +9,7 @@
  * side. What arrives at a handover is checked (-EPROTO), and whatever fds
  * came are closed.
  *
- * usage: hostile [-n SESSIONS] [-s SEED] [-q] [-v] [-b]
+ * usage: hostile [-n SESSIONS] [-s SEED] [-q] [-v]
  *
  * Each session forks a well-behaved process W and a hostile one H.
  *
@@ -66,8 +66,9 @@
  *  - no crash and no sanitizer report in W, none in H (whose own checks:
  *    the seals hold).
  *
- * -b adds the cases of library bugs found by this test, which fail until
- * the library is fixed (see `known_bug` below).
+ * The library bugs this test found (with fuzz/fuzz_shared.h) are fixed;
+ * tests/c/test_shared_findings.c has a minimal reproducer of each, and
+ * tests/c/findings_shared.c those still open (`make shm-findings`).
  */
 #include <inttypes.h>
 #include <sched.h>
@@ -128,35 +129,7 @@ struct record {
 };
 
 static struct record *REC;
-static int g_bugs, g_verbose;
-
-/* The cases of library bugs this test found (with -b only, so that make
- * test passes until they are fixed; tests/c/findings_shared.c has a
- * minimal reproducer of each):
- *  - M_WPOS, M_HEADER_PUNCH: the other process rewrites this side's own
- *    position word (head of a receiver, tail of a sender), directly or by
- *    punching out the page that holds it: a receive on an empty ring, or a
- *    send on a full one, then loops for ever, timeout 0 included (the
- *    refusal path judges emptiness or fullness by the raw words, the
- *    queue by this side's own position, and retries while they differ).
- *    So is a successor end that W makes for itself once H looks gone: H,
- *    alive, still writes its own position word, the successor's own.
- *  - M_NONBLOCK: the other process clears O_NONBLOCK on the doorbell
- *    eventfds (a flag of the open file, which both processes share) and
- *    drains or fills them: the library's eventfd read or write then
- *    blocks for ever, inside a call with timeout 0.
- *  - L_WRITE_SEAL: a memfd sealed against writing (F_SEAL_WRITE or
- *    F_SEAL_FUTURE_WRITE) is refused with -EPERM, which the header says
- *    means "the wrong side", not with -EPROTO.
- *  - L_IMPORT_SIZE: eventq_chan_import_fds given a larger struct whose
- *    extra bytes are not zero returns -E2BIG and leaves the four fds open,
- *    though the header says it takes them over on every path. */
-static int known_bug(int what_is_mut, int which)
-{
-    if (what_is_mut)
-        return which == M_NONBLOCK || which == M_WPOS || which == M_HEADER_PUNCH;
-    return which == L_WRITE_SEAL || which == L_IMPORT_SIZE;
-}
+static int g_verbose;
 
 /* ---- W: the well-behaved process ---- */
 
@@ -431,14 +404,9 @@ static void w_handover(struct end *e, struct end *succ)
     alarm(WATCHDOG_S);
     int rc = export ? eventq_chan_export_fds(e->ch, &f, sizeof f) : eventq_chan_send_to(e->ch, sv[0]);
     w_code(op, rc, isconn);
-    if (rc == 0 && !g_bugs) {
-        /* Not taken: H, maybe alive (it made its link look hung up), keeps
-         * writing its own position word, which would be the successor's own
-         * word: the livelock of known_bug. Dropped, the end's link hangs up. */
-        if (export)
-            for (int i = 0; i < 4; i++)
-                close(i == 0 ? f.mem : i == 1 ? f.recv_bell : i == 2 ? f.send_bell : f.link);
-    } else if (rc == 0) {
+    if (rc == 0) {
+        /* H may be alive (it made its link look hung up) and go on writing
+         * its own position word: the successor's own. */
         /* H may have rewritten the layout or the positions: -EPROTO. */
         static const int checked[] = { -EPROTO, 1 };
         eventq_chan *ch = NULL;
@@ -580,8 +548,6 @@ static void h_act(struct mapping *m, eventq_shared_fds *f, eventq_chan *own)
                                 M_TRAFFIC, M_TRAFFIC, M_TRAFFIC, M_TRAFFIC, M_TRAFFIC };
     int what = g_wild || shm_one_in(3000) ? (int)shm_below(NMUTS)
                                          : mild[shm_below(sizeof mild / sizeof mild[0])];
-    if (!g_bugs && known_bug(1, what))
-        what = what == M_NONBLOCK ? M_BELL : what == M_WPOS ? M_POS : M_PUNCH;
     if (what == M_DIE && !shm_one_in(8))
         what = M_TRAFFIC;
     REC->muts[what]++;
@@ -623,7 +589,7 @@ static void h_act(struct mapping *m, eventq_shared_fds *f, eventq_chan *own)
         break;
     case M_PUNCH:
     case M_HEADER_PUNCH: {
-        /* The first page holds both positions: see known_bug. */
+        /* The first page holds both positions, the layout and the lock. */
         size_t page = 4096, pages = m->bytes / page;
         off_t off = what == M_HEADER_PUNCH ? 0 : (off_t)((1 + shm_below(pages + 1)) * page);
         off_t len = (off_t)((1 + shm_below(4)) * page);
@@ -636,7 +602,7 @@ static void h_act(struct mapping *m, eventq_shared_fds *f, eventq_chan *own)
         break;
     case M_BURST: {
         size_t offs[] = { SHM_OFF_REQUESTS, SHM_OFF_LOCK, m->h_pos, m->w_pos };
-        _Atomic uint64_t *p = word(m, offs[shm_below(g_bugs ? 4 : 3)]);
+        _Atomic uint64_t *p = word(m, offs[shm_below(4)]);
         for (uint64_t i = 0, n = shm_random_delay(16); i < n; i++)
             atomic_fetch_xor(p, 1 + (i & 7));
         break;
@@ -922,6 +888,8 @@ static void h_forge(int sock, int lie, int as_fds, int wside, uint64_t cap, uint
         msg[shm_below(8)] ^= (uint8_t)(1 + shm_below(255));
     if (lie == L_MSG_LEN)
         len = shm_one_in(2) ? shm_below(SHM_HANDOVER_LEN) : SHM_HANDOVER_LEN + 1 + shm_below(8);
+    if (lie == L_MSG_LEN && len > SHM_HANDOVER_LEN)
+        atomic_store(&REC->acceptable, 1); /* the library reads its 16 bytes */
     if (lie == L_EMPTY) {
         close(sock);
         _exit(0);
@@ -941,12 +909,10 @@ static void h_forge(int sock, int lie, int as_fds, int wside, uint64_t cap, uint
         HFAIL("sending the forged end: %s", strerror(errno));
     /* A short message: the rest never comes. On a blocking socket
      * eventq_chan_recv_from waits for the whole message ("blocks until the
-     * message comes"), so H says it is done sending; longer than the
-     * message, the library reads its 16 bytes and the end is good. */
+     * message comes"), so H says it is done sending. */
     if (lie == L_MSG_LEN && len < SHM_HANDOVER_LEN)
         shutdown(sock, SHUT_WR);
-    if (lie == L_MSG_LEN && len > SHM_HANDOVER_LEN)
-        atomic_store(&REC->acceptable, 1);
+
     /* Once W has taken it (or refused it), go on mutating the memory (the
      * link's end kept: H lives). */
     char c;
@@ -1023,10 +989,12 @@ static void w_take(int sock, int lie, int as_fds, uint64_t cap, uint64_t max_msg
         rc = eventq_chan_recv_from(sock, &ch);
     }
     {
-        static const int taking[] = { -EPROTO, -EINVAL, 1 };
+        static const int taking[] = { -EPROTO, -EINVAL, -E2BIG, 1 };
         w_code(W_TAKE, rc, taking);
         if (rc == -EINVAL && !(as_fds && lie == L_IMPORT_SIDE))
             WFAIL("-EINVAL from a take of %s", lie_name[lie]);
+        if ((rc == -E2BIG) != (lie == L_IMPORT_SIZE))
+            WFAIL("%d from a take of %s", rc, lie_name[lie]);
     }
     if (rc != 0)
         goto refused;
@@ -1073,8 +1041,6 @@ static void session(uint64_t i, uint64_t seed)
     uint64_t cap = caps[shm_below(5)], max_msg = maxes[shm_below(5)];
     int handover = shm_one_in(2);
     int lie = (int)shm_below(NLIES);
-    while (!g_bugs && known_bug(0, lie))
-        lie = (int)shm_below(NLIES);
     int as_fds = shm_one_in(3) || lie == L_IMPORT_SIDE || lie == L_IMPORT_SIZE;
     if (as_fds && (lie == L_MSG_LEN || lie == L_MAGIC || lie == L_SIDE || lie == L_NFDS ||
                    lie == L_SPLIT || lie == L_EMPTY))
@@ -1128,10 +1094,10 @@ static void session(uint64_t i, uint64_t seed)
             shm_die("waitpid: %s", strerror(errno));
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
         fprintf(stderr, "hostile: session %" PRIu64 " (seed %" PRIu64 "): FAILED: W ended with %s in %s: %s%s%s\n"
-                        "  replay: hostile -n 1 -s %" PRIu64 " -v%s\n",
+                        "  replay: hostile -n 1 -s %" PRIu64 " -v\n",
                 i, seed, shm_status(st, sbuf, sizeof sbuf), wop_name[atomic_load(&REC->op)],
                 REC->werr[0] ? REC->werr : "(see above)", REC->herr[0] ? "; H: " : "", REC->herr,
-                seed, g_bugs ? " -b" : "");
+                seed);
         kill(h, SIGKILL);
         waitpid(h, NULL, 0);
         exit(1);
@@ -1170,18 +1136,16 @@ static void session(uint64_t i, uint64_t seed)
 int main(int argc, char **argv)
 {
     shm_prog = "hostile";
-    struct shm_args a = shm_parse(argc, argv, 40, "SESSIONS", 1);
+    struct shm_args a = shm_parse(argc, argv, 40, "SESSIONS");
     int quiet = a.quiet;
     g_verbose = a.verbose;
-    g_bugs = a.bugs;
     REC = shm_shared_zeroed(sizeof *REC);
     double t0 = shm_seconds();
     for (uint64_t i = 0; i < a.n; i++)
         session(i, a.seed + i);
     printf("hostile: %" PRIu64 " sessions (seeds %" PRIu64 "..%" PRIu64 ") in %.1f s: %" PRIu64
-           " with a hostile mapping, %" PRIu64 " with a hostile handover%s\n",
-           T.sessions, a.seed, a.seed + a.n - 1, shm_seconds() - t0, T.mapping, T.handover,
-           g_bugs ? " (known-bug cases included)" : "");
+           " with a hostile mapping, %" PRIu64 " with a hostile handover\n",
+           T.sessions, a.seed, a.seed + a.n - 1, shm_seconds() - t0, T.mapping, T.handover);
     printf("  W: %" PRIu64 " calls, %" PRIu64 " messages (longest %" PRIu64 " bytes, never over the limit), "
            "%" PRIu64 " ends broken by -EPROTO (then read as closed), %" PRIu64 " successor ends, %"
            PRIu64 " handed-over ends accepted\n",
