@@ -69,9 +69,9 @@ FINDINGS_BIN := $(BUILD)/c/findings_shared
 # takes 5 to 50 ms on 2 busy cores.
 CRASH_ROUNDS           ?= 2000
 CRASH_SOAK_ROUNDS      ?= 10000
-CRASH_SMOKE_ROUNDS     ?= 150
+CRASH_SMOKE_ROUNDS     ?= 400
 HOSTILE_SESSIONS       ?= 2000
-HOSTILE_SMOKE_SESSIONS ?= 100
+HOSTILE_SMOKE_SESSIONS ?= 150
 CRASH_ARGS             ?=
 HOSTILE_ARGS           ?=
 FUZZ_DIR    := $(BUILD)/fuzz

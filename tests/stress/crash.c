@@ -327,11 +327,21 @@ static int64_t pick_timeout(void)
 
 /* After -EAGAIN: the fd must become readable (room, a message, close, or
  * the other process gone); a poll this long is a wedge. */
-static void wait_fd(int fd, const char *what)
+static void wait_fd(eventq_chan *ch, int fd, const char *what)
 {
     begin(OP_POLL);
-    if (!shm_readable(fd, WAIT_MS))
-        FAIL("the %s fd stayed unreadable for %d s after -EAGAIN: a wedge", what, WAIT_MS / 1000);
+    if (shm_readable(fd, WAIT_MS))
+        return;
+    eventq_chan_stats st;
+    memset(&st, 0, sizeof st);
+    eventq_chan_get_stats(ch, &st, sizeof st);
+    struct role *other = ME == &R->prod ? NULL : &R->prod;
+    FAIL("the %s fd stayed unreadable for %d s after -EAGAIN: a wedge (sent %llu, received %llu, "
+         "pending %llu, closed %llu; the producer %s %s, %llu acked)",
+         what, WAIT_MS / 1000, (unsigned long long)st.sent, (unsigned long long)st.received,
+         (unsigned long long)st.pending, (unsigned long long)st.closed,
+         other && atomic_load(&other->in_call) ? "in" : "after", other ? op_name[atomic_load(&other->op)] : "-",
+         (unsigned long long)atomic_load(&R->acked));
 }
 
 /* A few random instructions now and then, so that the other side sometimes
@@ -454,7 +464,7 @@ static int send_some(eventq_chan *ch, uint64_t seq, uint8_t *buf)
         return n;
     }
     if (rc == -EAGAIN && timeout == 0) {
-        wait_fd(eventq_chan_send_fd(ch), "send");
+        wait_fd(ch, eventq_chan_send_fd(ch), "send");
         return 0;
     }
     if (rc == -ETIMEDOUT && timeout > 0)
@@ -632,7 +642,7 @@ static void receive_some(eventq_chan *ch, uint8_t *buf, int k)
         return; /* D7: it stays at the head; the next receive must return it */
     }
     if (rc == -EAGAIN && timeout == 0) {
-        wait_fd(eventq_chan_recv_fd(ch), "receive");
+        wait_fd(ch, eventq_chan_recv_fd(ch), "receive");
         return;
     }
     if (rc == -ETIMEDOUT && timeout > 0)
