@@ -20,11 +20,17 @@
  * the same three ways, until end of stream.
  *
  * Kills. Each round kills the producer, or 1-3 consumers, or consumers and
- * then the producer. A kill is placed by a thread of the victim that spins
- * a random number of instructions (0 to about 2^17, log-uniform) after the
- * victim's main thread signals "now" right before a chosen call, or by a
- * thread that waits until the main thread sleeps inside a blocking call,
- * or by the parent at a random moment of the burst. The victim records the
+ * then the producer. A kill is placed by a thread of the victim that,
+ * spinning already, is let go right before a chosen call and spins a
+ * random number of instructions before SIGKILL while the main thread spins
+ * a random number before the call (so the kill lands before, inside or
+ * after even a call of a microsecond); or by a POSIX timer of the victim
+ * whose signal is SIGKILL, armed at the first call once the victim's
+ * progress reaches a mark, for a random delay (0 to about 2^18 ns,
+ * log-uniform: it lands at that moment wherever the scheduler has the
+ * victim); or by a thread that waits until the main thread sleeps inside a
+ * blocking call; or by the parent at a random moment of the burst (a busy
+ * loop of a random length once the victim's progress reaches a mark). The victim records the
  * call it is in (and whether a kill found it asleep there); the parent
  * counts where each kill landed: mid create, handover, send, batch send,
  * receive, batch receive, zero-copy or too-small receive, close, blocked
@@ -73,6 +79,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <sys/syscall.h>
+#include <time.h>
 
 #include "shm.h"
 
@@ -99,15 +106,18 @@ static const char *where_name[NWHERE] = { "mid", "blocked in", "between calls, a
 /* How a kill is placed. */
 enum kmode {
     K_NONE,
-    K_AT,      /* a thread of the victim, after `delay` spins from the first call at `at` */
-    K_OP,      /* the same, from the first call of kind `op` at `at` or later */
+    K_AT,      /* the victim's timer, `delay` ns from the first call at `at` */
+    K_OP,      /* the victim's killer thread, `delay` spins from the first call
+                  of kind `op` at `at` or later */
     K_BLOCKED, /* a thread of the victim, once its main thread sleeps in a call */
     K_PARENT,  /* the parent, `delay` spins after the victim's progress reaches `at` */
 };
 
 struct kill_plan {
     int mode, op;
-    uint64_t at, delay, pre;
+    uint64_t at;
+    uint64_t delay; /* ns of the victim's timer; spins of its killer thread or the parent */
+    uint64_t pre;   /* spins of the victim between letting its killer thread go and the call */
 };
 
 /* One process's record, in memory the parent reads after its death. */
@@ -192,11 +202,15 @@ static struct round *R;
 static struct role *ME;
 static struct kill_plan *PLAN;
 
+/* The kill of a K_OP or K_BLOCKED plan: a thread that, woken through a
+ * pipe, says it runs (ready), spins until let go (go), then spins `delay`
+ * (K_OP) or waits until the main thread sleeps inside a call, giving up
+ * after a while (K_BLOCKED), and kills. Of a K_AT plan: a timer. */
 static struct {
     int pipe[2];
-    _Atomic int ready, go, blocked_mode;
-    uint64_t delay;
+    _Atomic int ready, go;
     pid_t main_tid;
+    timer_t timer;
 } K;
 
 static void *killer(void *arg)
@@ -208,18 +222,14 @@ static void *killer(void *arg)
     atomic_store(&K.ready, 1);
     while (!atomic_load(&K.go))
         ;
-    if (atomic_load(&K.blocked_mode)) {
-        /* Until the main thread sleeps inside a call; then anywhere. */
-        for (int i = 0; i < 20000; i++) {
-            if (atomic_load(&ME->in_call) &&
-                shm_sleeping(shm_thread_syscall(getpid(), K.main_tid))) {
-                atomic_store(&ME->asleep, 1);
-                break;
-            }
-            sched_yield();
+    if (PLAN->mode == K_OP)
+        shm_spin(PLAN->delay);
+    for (int i = 0; PLAN->mode == K_BLOCKED && i < 20000; i++) {
+        if (atomic_load(&ME->in_call) && shm_sleeping(shm_thread_syscall(getpid(), K.main_tid))) {
+            atomic_store(&ME->asleep, 1);
+            break;
         }
-    } else {
-        shm_spin(K.delay);
+        sched_yield();
     }
     kill(getpid(), SIGKILL);
     for (;;)
@@ -227,15 +237,19 @@ static void *killer(void *arg)
     return NULL;
 }
 
-/* Starts the killer thread if this process's plan has one. */
+/* Makes this process's kill ready: a timer whose signal is SIGKILL, or the
+ * killer thread. */
 static void killer_start(void)
 {
-    if (PLAN->mode != K_AT && PLAN->mode != K_OP && PLAN->mode != K_BLOCKED)
+    if (PLAN->mode == K_AT) {
+        struct sigevent ev = { .sigev_notify = SIGEV_SIGNAL, .sigev_signo = SIGKILL };
+        SHM_SYS(timer_create(CLOCK_MONOTONIC, &ev, &K.timer));
+        return;
+    }
+    if (PLAN->mode != K_OP && PLAN->mode != K_BLOCKED)
         return;
     SHM_SYS(pipe2(K.pipe, O_CLOEXEC));
-    K.delay = PLAN->delay;
     K.main_tid = (pid_t)syscall(SYS_gettid);
-    atomic_store(&K.blocked_mode, PLAN->mode == K_BLOCKED);
     pthread_t th;
     if (pthread_create(&th, NULL, killer, NULL) != 0)
         shm_die("pthread_create");
@@ -249,10 +263,11 @@ static int plan_wants(int op)
            atomic_load(&ME->progress) >= PLAN->at;
 }
 
-/* Fires the kill if due before a call of kind `op`: the killer thread,
- * spinning already, is let go, and this thread spins `pre` before the call
- * (a kill takes about a microsecond to land: so it lands before, inside or
- * after even a short call). */
+/* Fires the kill if due before a call of kind `op`: arms the timer, or
+ * wakes the killer thread, waits until it spins, lets it go and spins
+ * `pre` (a kill takes a microsecond or so to land, longer than a fast
+ * call: the call starts at a random moment of that, and the kill lands
+ * before, inside or after it). */
 static void fire(int op)
 {
     if (atomic_load(&ME->fired))
@@ -272,6 +287,12 @@ static void fire(int op)
     if (!due)
         return;
     atomic_store(&ME->fired, 1);
+    if (PLAN->mode == K_AT) {
+        struct itimerspec at = { .it_value = { .tv_sec = (time_t)(PLAN->delay / 1000000000u),
+                                               .tv_nsec = (long)(PLAN->delay % 1000000000u) + 1 } };
+        SHM_SYS(timer_settime(K.timer, 0, &at, NULL));
+        return;
+    }
     if (write(K.pipe[1], "k", 1) != 1)
         shm_die("write to the killer thread: %s", strerror(errno));
     while (!atomic_load(&K.ready))
@@ -703,23 +724,22 @@ static void random_plan(struct kill_plan *p, int producer, int creates, int reha
     static const int cops[] = { OP_RECV, OP_RECV_BATCH, OP_RECV_MSG, OP_RECV_SMALL, OP_CLOSE,
                                 OP_CLOSE, OP_HANDOVER, OP_HANDOVER, OP_CREATE, OP_CREATE };
     p->at = shm_below(R->n + R->n / 4);
-    p->delay = shm_random_delay(17);
+    p->delay = shm_random_delay(18);
     switch (shm_below(8)) {
     case 0:
     case 1:
         p->mode = K_AT;
-        p->pre = shm_random_delay(12);
         break;
     case 2:
     case 3:
     case 4:
         p->mode = K_OP;
         p->op = producer ? pops[shm_below(creates ? 8 : 6)] : cops[shm_below(creates ? 10 : 8)];
-        /* Short calls: short spins, so the kill lands inside some of them. */
-        if (p->op == OP_HANDOVER || p->op == OP_CREATE || p->op == OP_CLOSE) {
-            p->delay = shm_random_delay(8);
-            p->pre = shm_random_delay(12);
-        }
+        /* Spins about the call's length: a send or receive takes one to a
+         * few microseconds unless it waits, a close a few, a creation or a
+         * handover tens. */
+        p->delay = shm_random_delay(p->op == OP_HANDOVER || p->op == OP_CREATE ? 15 : 10);
+        p->pre = shm_random_delay(12);
         /* The handover at the start, unless the producer hands over again. */
         if (p->op == OP_CREATE || (p->op == OP_HANDOVER && !(producer && rehandover)))
             p->at = 0;
@@ -732,6 +752,7 @@ static void random_plan(struct kill_plan *p, int producer, int creates, int reha
         break;
     default:
         p->mode = K_PARENT;
+        p->delay = shm_random_delay(17); /* spins */
         break;
     }
 }
