@@ -37,7 +37,7 @@ use self::bells::{Bells, ALL, RECV, RECV_EDGE, SEND, SEND_EDGE};
 use self::layout::Layout;
 #[cfg(not(loom))]
 use self::peer::Peer;
-use self::ring::{Memory, Peeked, Pushed, ShmRing, Turn};
+use self::ring::{Memory, Peeked, Pushed, ShmRing, Turn, POSITION_MAX};
 use super::doorbell::{HEAD_SEND_LOWERED, TAIL_RECV_RAISED};
 use super::options::{Limits, Stats, Wait};
 use super::ring::{Word, TAIL_CLOSED};
@@ -463,9 +463,9 @@ fn assemble(
     let ring = ShmRing::new(mem, layout);
     let tail = ring.tail().load(Ordering::SeqCst).position();
     let head = ring.head().load(Ordering::SeqCst).position();
-    if head > tail || tail - head > layout.capacity as u64 {
+    if head > tail || tail - head > layout.capacity as u64 || tail > POSITION_MAX {
         return Err(Error::Corrupt(
-            "the positions are further apart than the ring holds",
+            "the positions are further apart than the ring holds, or out of range",
         ));
     }
     let turn = match side {

@@ -106,6 +106,12 @@ impl Memory {
 /// is a broken protocol, not a busy one.
 const MOVE_TRIES: u32 = 1 << 16;
 
+/// The highest position either word may hold: far below the top of a
+/// word's position bits (2^61), so moving a word never overflows it. A
+/// well-behaved pair of processes reaches it after 2^60 messages; another
+/// process's word beyond it is a broken protocol.
+pub(in crate::chan) const POSITION_MAX: u64 = 1 << 60;
+
 /// The last positions one side knows: its own (which only it moves) and
 /// the other side's, as last seen. Kept under the side's lock, so the
 /// threads of one process take turns.
@@ -256,6 +262,11 @@ impl ShmRing {
     /// Queues a copy of `msg` (within the limit: the caller checked) at the
     /// sender's position `turn.own`.
     pub(in crate::chan) fn push(&self, turn: &mut Turn, msg: &[u8]) -> Result<Pushed> {
+        if turn.own >= POSITION_MAX {
+            return Err(Error::Corrupt(
+                "the positions reached the top of their range",
+            ));
+        }
         // Closed first: a full ring that is closed refuses with end, not
         // with "full" (D6).
         let mut tail = self.tail().load(Ordering::Relaxed);
