@@ -41,13 +41,13 @@
  * calls), never a message past the limit, and an end that returned -EPROTO
  * reads as closed (stats, -EPIPE).
  *
- * A known library bug (tests/c/findings_shared.c) is stepped around
- * unless FUZZ_SHARED_BUGS is set in the environment: positions stay below
- * 2^60 (at the top of their range a send wraps the tail word). Those fixed
- * in 5b17806 were stepped around the same way until then: a write to an
- * end's own position word (its receives or sends then looped for ever), a
- * send on a full closed ring (-EAGAIN, not -EPIPE), memfds sealed against
- * writing (-EPERM, not -EPROTO).
+ * The library bugs this found (with tests/stress/hostile.c) have minimal
+ * reproducers in tests/c/test_shared_findings.c; until their fixes
+ * (5b17806, 3dd7378) the harness stepped around them: writes to an end's
+ * own position word (its receives or sends then looped for ever), sends on
+ * a full closed ring (-EAGAIN, not -EPIPE), memfds sealed against writing
+ * (-EPERM, not -EPROTO), positions at the top of their range (a send
+ * wrapped the tail word).
  */
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -62,9 +62,8 @@
 #define SH_HEAD (4u * SH_LINE / 8)
 #define SH_LOCK (8u * SH_LINE / 8)
 #define SH_QMAX 64
+#define SH_POS_MAX (1ull << 60) /* the last position in range */
 #define SH_BUF (SH_DEFAULT_MAX + 256) /* a forged limit may pass the default by a little */
-
-static int sh_bugs; /* FUZZ_SHARED_BUGS: the known bugs' cases too */
 
 struct shq {
     size_t len;
@@ -347,8 +346,6 @@ static void sh_write(void)
     uint8_t how = u8();
     size_t i = how & 1 ? (how & 2 ? SH_TAIL : SH_HEAD) : u16() % words;
     uint64_t v = how & 4 ? S.w[i] + ((uint64_t)(int8_t)u8() << 3) : u64();
-    if (!sh_bugs && (i == SH_TAIL || i == SH_HEAD) && v >> 60 > 1)
-        v &= (1ull << 60) - 1; /* known bug: the top of the range wraps */
     TRACE("shared write: word %zu = %#llx", i, (unsigned long long)v);
     S.w[i] = v;
     S.tainted = 1;
@@ -666,9 +663,9 @@ static int sh_forge(int *side_out)
         tail = head + S.cap + 1 + u8();
     if (plie & 2)
         head = tail + 1 + u8();
-    if (sh_bugs && (plie & 4)) {
-        head = (1ull << 61) - 1 - u8() % 2;
-        tail = head;
+    if (plie & 4) { /* about the end of the range: 2^60, or the top of the word */
+        head = (plie & 8 ? (1ull << 61) - 1 : SH_POS_MAX) - u8() % 3;
+        tail = head + u8() % 3;
     }
     /* The check the library makes. */
     uint64_t cap = lw[1], max = lw[2], low = lw[3];
@@ -680,7 +677,7 @@ static int sh_forge(int *side_out)
     }
     valid = valid && size % 64 == 0 && size >= SH_HEADER * SH_LINE &&
             (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) == (F_SEAL_SHRINK | F_SEAL_GROW) && head <= tail &&
-            tail - head <= cap && !(seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE));
+            tail - head <= cap && tail <= SH_POS_MAX && !(seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE));
     if (size > (1u << 24))
         size = 1u << 24; /* a lie that large is refused for the size anyway */
     int mem = memfd_create("forged", MFD_CLOEXEC | (seals ? MFD_ALLOW_SEALING : 0));
@@ -787,7 +784,6 @@ static void sh_teardown(void)
 
 static void fuzz_shared(void)
 {
-    sh_bugs = getenv("FUZZ_SHARED_BUGS") != NULL;
     int fds_before = sh_count_fds();
     sh_setup();
     while (g_in.n > 0 && (S.s || S.r)) {

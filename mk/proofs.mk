@@ -33,10 +33,8 @@
 #   make hostile   tests/stress/hostile.c: a well-behaved process against a
 #                  hostile one that rewrites the shared memory and forges
 #                  handovers, HOSTILE_SESSIONS sessions
-#   make shm-findings  the library bugs those found that are still open,
-#                  which fail until fixed: tests/c/findings_shared.c and
-#                  fuzz/findings/ replayed with FUZZ_SHARED_BUGS=1 (the fixed
-#                  ones are tests/c/test_shared_findings.c, in stage c-tests)
+#                  (the library bugs these found: tests/c/test_shared_findings.c,
+#                  in stage c-tests)
 # Stages: loom, stress-smoke, leaks-smoke, fuzz-corpus (the corpus replayed
 # through fuzz/driver.c under gcc's ASan+UBSan: no clang needed),
 # sanitize-smoke (the C tests and a short hostile run under ASan+UBSan,
@@ -64,7 +62,6 @@ STRESS_BIN  := $(BUILD)/stress/stress
 LEAKS_BIN   := $(BUILD)/stress/leaks
 CRASH_BIN   := $(BUILD)/stress/crash
 HOSTILE_BIN := $(BUILD)/stress/hostile
-FINDINGS_BIN := $(BUILD)/c/findings_shared
 # Rounds and sessions of the process-shared proofs: a round or a session
 # takes 5 to 50 ms on 2 busy cores.
 CRASH_ROUNDS           ?= 2000
@@ -95,7 +92,7 @@ SANITIZE_ENV = CC="$(CC)" CARGO="$(CARGO)" BUILD="$(BUILD)" PREFIX="$(TEST_PREFI
                NATIVE_LIBS="$$(cat $(NATIVE_LIBS))" VALGRIND="$(VALGRIND)"
 
 .PHONY: loom loom-mutations stress leaks sanitize fuzz fuzz-merge fuzz-driver crash crash-soak \
-        hostile shm-findings
+        hostile
 
 # Stage: loom model checks of the channel's wake-up protocol (tests/loom.rs,
 # and between processes tests/loom_shared.rs), built with --cfg loom in a
@@ -141,15 +138,6 @@ stage-crash-smoke: $(CRASH_BIN)
 	$(call timed,$(C_TEST_TIMEOUT)) $(CRASH_BIN) -q -n $(CRASH_SMOKE_ROUNDS)
 stage-hostile-smoke: $(HOSTILE_BIN)
 	$(call timed,$(C_TEST_TIMEOUT)) $(HOSTILE_BIN) -q -n $(HOSTILE_SMOKE_SESSIONS)
-
-# The library bugs the proofs found that are still open (this fails until
-# they are fixed): the fuzz inputs that show them, then their minimal
-# reproducers.
-shm-findings: $(FINDINGS_BIN) $(FUZZ_DRIVER)
-	@for f in fuzz/findings/*; do \
-	  if FUZZ_SHARED_BUGS=1 $(call timed,10) $(FUZZ_DRIVER) $$f >/dev/null 2>&1; \
-	  then echo "fuzz/findings: $$f passes (fixed?)"; else echo "fuzz/findings: $$f fails (FUZZ_SHARED_BUGS=1)"; fi; done
-	$(call timed,$(C_TEST_TIMEOUT)) $(FINDINGS_BIN)
 
 # memcheck counts definite and indirect leaks; "possibly lost" is left out:
 # std keeps one 48-byte handle of the main thread (std::thread::current(),

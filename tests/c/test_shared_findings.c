@@ -2,8 +2,8 @@
 /*
  * Regression tests of library bugs in the process-shared channel found by
  * tests/stress/hostile.c and fuzz/fuzz_shared.h, each a minimal
- * reproducer; fixed in 5b17806 (the checks were named "BUG: ..." until
- * then; tests/c/findings_shared.c holds those still open).
+ * reproducer; fixed in 5b17806 and (6) 3dd7378 (the checks were named
+ * "BUG: ..." until then).
  *
  * The other process is played by this one: it holds the other end too, and
  * writes the shared memory through a mapping of its own, or the shared
@@ -32,6 +32,14 @@
  * 5. eventq_chan_import_fds given a larger struct whose extra bytes are not
  *    zero returned -E2BIG and left the four fds open, though it takes them
  *    over on every path.
+ * 6. An end imported with tail and head at the top of their range (2^61 - 1,
+ *    the most a word holds below its 3 flag bits) took a send whose
+ *    publication overflowed the tail word: in a release build it wrapped to
+ *    position 0 and the send returned 0, for a message no receiver could
+ *    take; with overflow checks it panicked, and every send returned
+ *    -ENOTRECOVERABLE on an end that did not read as closed. Positions past
+ *    2^60 are now out of range: refused at import, and a send that would
+ *    move past it fails with -EPROTO.
  */
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -219,6 +227,61 @@ static void write_sealed_memfd(void)
     }
 }
 
+#define TAIL_OFF 128
+#define HEAD_OFF 256
+
+/* A copy of a new channel's memory with both positions at `pos`, sealed as
+ * the library seals it, imported as the sending end. */
+static int import_at(uint64_t pos, eventq_chan **taken)
+{
+    eventq_chan_opts o;
+    eventq_chan_opts_init(&o, sizeof o);
+    o.capacity = 4;
+    eventq_chan *made;
+    REQUIRE("new_shared", eventq_chan_new_shared(&o, EVENTQ_SIDE_RECV, &made) == 0);
+    eventq_shared_fds f;
+    REQUIRE("export_fds", eventq_chan_export_fds(made, &f, sizeof f) == 0);
+    struct stat st;
+    REQUIRE("fstat", fstat(f.mem, &st) == 0);
+    int forged = memfd_create("forged", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    REQUIRE("memfd", forged >= 0 && ftruncate(forged, st.st_size) == 0);
+    char *buf = malloc((size_t)st.st_size);
+    REQUIRE("copy", buf && pread(f.mem, buf, (size_t)st.st_size, 0) == st.st_size);
+    uint64_t word = pos << 3;
+    memcpy(buf + TAIL_OFF, &word, 8);
+    memcpy(buf + HEAD_OFF, &word, 8);
+    REQUIRE("write", pwrite(forged, buf, (size_t)st.st_size, 0) == st.st_size);
+    free(buf);
+    REQUIRE("seals", fcntl(forged, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0);
+    close(f.mem);
+    f.mem = forged;
+    *taken = NULL;
+    int rc = eventq_chan_import_fds(&f, sizeof f, taken);
+    eventq_chan_free(made);
+    return rc;
+}
+
+static void top_of_the_range(void)
+{
+    eventq_chan *taken;
+    int rc = import_at((1ull << 61) - 1, &taken);
+    CHECK_MSG("import of positions at the top of their words: -EPROTO", rc == -EPROTO,
+              "returned %d (%s)", rc, eventq_strerror(rc));
+    eventq_chan_free(taken);
+    rc = import_at(1ull << 60, &taken);
+    CHECK_INT("import of positions at 2^60, the last in range", rc, 0);
+    if (rc != 0)
+        return;
+    rc = eventq_chan_send(taken, "x", 1, 0);
+    eventq_chan_stats s;
+    REQUIRE("stats", eventq_chan_get_stats(taken, &s, sizeof s) == 0);
+    CHECK_MSG("a send that would move the tail past 2^60 fails with -EPROTO, and the end "
+              "reads as closed",
+              rc == -EPROTO && s.closed == 1, "returned %d (%s), stats.closed %llu, stats.sent %llu",
+              rc, eventq_strerror(rc), (unsigned long long)s.closed, (unsigned long long)s.sent);
+    eventq_chan_free(taken);
+}
+
 static void import_larger_struct(void)
 {
     eventq_chan_opts o;
@@ -253,5 +316,6 @@ int main(void)
     closed_while_full();
     write_sealed_memfd();
     import_larger_struct();
+    top_of_the_range();
     return check_done();
 }

@@ -67,8 +67,7 @@
  *    the seals hold).
  *
  * The library bugs this test found (with fuzz/fuzz_shared.h) are fixed;
- * tests/c/test_shared_findings.c has a minimal reproducer of each, and
- * tests/c/findings_shared.c those still open (`make shm-findings`).
+ * tests/c/test_shared_findings.c has a minimal reproducer of each.
  */
 #include <inttypes.h>
 #include <sched.h>
@@ -820,11 +819,9 @@ static void h_forge(int sock, int lie, int as_fds, int wside, uint64_t cap, uint
         else
             tail = head + cap + 1 + shm_below(100);
         break;
-    case L_BIG_POSITIONS:
-        head = (1ull << 61) - 1 - shm_below(2);
-        tail = head + shm_below(2);
-        if (tail >= 1ull << 61)
-            tail = head;
+    case L_BIG_POSITIONS: /* about 2^60, the last position in range, or the top of the word */
+        head = (shm_one_in(3) ? (1ull << 61) - 3 : 1ull << 60) - shm_below(3);
+        tail = head + shm_below(3);
         break;
     default:
         break;
@@ -860,8 +857,8 @@ static void h_forge(int sock, int lie, int as_fds, int wside, uint64_t cap, uint
     /* What W may accept: a good end; one whose link is gone; the top of
      * the positions; a socket of another kind as the link, another eventfd
      * as a doorbell (silent: what a hostile peer may do anyway). */
-    int acceptable = lie == L_NONE || lie == L_LINK_GONE || lie == L_BIG_POSITIONS ||
-                     lie == L_SPLIT;
+    int acceptable = lie == L_NONE || lie == L_LINK_GONE || lie == L_SPLIT ||
+                     (lie == L_BIG_POSITIONS && tail <= 1ull << 60);
     if (lie == L_FD_KIND) {
         int i = (int)shm_below(4), kind;
         close(fds[i]);
