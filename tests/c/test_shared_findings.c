@@ -194,51 +194,21 @@ static void closed_while_full(void)
     pair_free(&p);
 }
 
-static void write_sealed_memfd(void)
-{
-    static const int seals[2] = { F_SEAL_WRITE, F_SEAL_FUTURE_WRITE };
-    for (int i = 0; i < 2; i++) {
-        eventq_chan_opts o;
-        eventq_chan_opts_init(&o, sizeof o);
-        o.capacity = 4;
-        eventq_chan *made, *taken = NULL;
-        REQUIRE("new_shared", eventq_chan_new_shared(&o, EVENTQ_SIDE_SEND, &made) == 0);
-        eventq_shared_fds f;
-        REQUIRE("export_fds", eventq_chan_export_fds(made, &f, sizeof f) == 0);
-        /* A forged memory: the same bytes in a memfd sealed against writing. */
-        struct stat st;
-        REQUIRE("fstat", fstat(f.mem, &st) == 0);
-        int forged = memfd_create("forged", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-        REQUIRE("memfd", forged >= 0 && ftruncate(forged, st.st_size) == 0);
-        char *buf = malloc((size_t)st.st_size);
-        REQUIRE("copy", buf && pread(f.mem, buf, (size_t)st.st_size, 0) == st.st_size &&
-                            pwrite(forged, buf, (size_t)st.st_size, 0) == st.st_size);
-        free(buf);
-        REQUIRE("seals", fcntl(forged, F_ADD_SEALS,
-                               F_SEAL_SHRINK | F_SEAL_GROW | seals[i] | F_SEAL_SEAL) == 0);
-        close(f.mem);
-        f.mem = forged;
-        int rc = eventq_chan_import_fds(&f, sizeof f, &taken);
-        CHECK_MSG(i ? "import of a memfd with F_SEAL_FUTURE_WRITE: -EPROTO"
-                    : "import of a memfd with F_SEAL_WRITE: -EPROTO",
-                  rc == -EPROTO, "returned %d (%s)", rc, eventq_strerror(rc));
-        eventq_chan_free(taken);
-        eventq_chan_free(made);
-    }
-}
-
 #define TAIL_OFF 128
 #define HEAD_OFF 256
+#define KEEP_POSITIONS UINT64_MAX
 
-/* A copy of a new channel's memory with both positions at `pos`, sealed as
- * the library seals it, imported as the sending end. */
-static int import_at(uint64_t pos, eventq_chan **taken)
+/* The other end of a new channel (made with `made_side`) as a hostile
+ * process would hand it over: its memory copied into a memfd of the
+ * forger's, both positions at `pos` (unless KEEP_POSITIONS), sealed as the
+ * library seals it and with `seals` more. Returns the import's code. */
+static int forged_import(int made_side, uint64_t pos, int seals, eventq_chan **taken)
 {
     eventq_chan_opts o;
     eventq_chan_opts_init(&o, sizeof o);
     o.capacity = 4;
     eventq_chan *made;
-    REQUIRE("new_shared", eventq_chan_new_shared(&o, EVENTQ_SIDE_RECV, &made) == 0);
+    REQUIRE("new_shared", eventq_chan_new_shared(&o, made_side, &made) == 0);
     eventq_shared_fds f;
     REQUIRE("export_fds", eventq_chan_export_fds(made, &f, sizeof f) == 0);
     struct stat st;
@@ -247,12 +217,14 @@ static int import_at(uint64_t pos, eventq_chan **taken)
     REQUIRE("memfd", forged >= 0 && ftruncate(forged, st.st_size) == 0);
     char *buf = malloc((size_t)st.st_size);
     REQUIRE("copy", buf && pread(f.mem, buf, (size_t)st.st_size, 0) == st.st_size);
-    uint64_t word = pos << 3;
-    memcpy(buf + TAIL_OFF, &word, 8);
-    memcpy(buf + HEAD_OFF, &word, 8);
+    if (pos != KEEP_POSITIONS) {
+        uint64_t word = pos << 3;
+        memcpy(buf + TAIL_OFF, &word, 8);
+        memcpy(buf + HEAD_OFF, &word, 8);
+    }
     REQUIRE("write", pwrite(forged, buf, (size_t)st.st_size, 0) == st.st_size);
     free(buf);
-    REQUIRE("seals", fcntl(forged, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0);
+    REQUIRE("seals", fcntl(forged, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | seals | F_SEAL_SEAL) == 0);
     close(f.mem);
     f.mem = forged;
     *taken = NULL;
@@ -261,14 +233,27 @@ static int import_at(uint64_t pos, eventq_chan **taken)
     return rc;
 }
 
+static void write_sealed_memfd(void)
+{
+    static const int seals[2] = { F_SEAL_WRITE, F_SEAL_FUTURE_WRITE };
+    for (int i = 0; i < 2; i++) {
+        eventq_chan *taken;
+        int rc = forged_import(EVENTQ_SIDE_SEND, KEEP_POSITIONS, seals[i], &taken);
+        CHECK_MSG(i ? "import of a memfd with F_SEAL_FUTURE_WRITE: -EPROTO"
+                    : "import of a memfd with F_SEAL_WRITE: -EPROTO",
+                  rc == -EPROTO, "returned %d (%s)", rc, eventq_strerror(rc));
+        eventq_chan_free(taken);
+    }
+}
+
 static void top_of_the_range(void)
 {
     eventq_chan *taken;
-    int rc = import_at((1ull << 61) - 1, &taken);
+    int rc = forged_import(EVENTQ_SIDE_RECV, (1ull << 61) - 1, 0, &taken);
     CHECK_MSG("import of positions at the top of their words: -EPROTO", rc == -EPROTO,
               "returned %d (%s)", rc, eventq_strerror(rc));
     eventq_chan_free(taken);
-    rc = import_at(1ull << 60, &taken);
+    rc = forged_import(EVENTQ_SIDE_RECV, 1ull << 60, 0, &taken);
     CHECK_INT("import of positions at 2^60, the last in range", rc, 0);
     if (rc != 0)
         return;
