@@ -17,27 +17,34 @@
  * random), exports the other end's fds and sends them to H, which maps the
  * memfd, often imports the end too (so it also sends or receives for
  * real), and then, with random pauses of random length (busy loops), does
- * one of: garbage, backward, far-ahead and past-the-capacity positions in
- * tail and head, flags toggled, slot lengths past the limit (and huge),
- * slot bytes, the doorbell lock word held with either process's mark or
- * garbage, the requests word garbage, the layout line rewritten, the peak
- * word, pages punched out with fallocate(FALLOC_FL_PUNCH_HOLE), bursts that
- * hammer one word, writes and reads of the doorbell eventfds (a counter
- * near its maximum included), a byte written into the link or its
- * shutdown, ftruncate and F_ADD_SEALS (which must fail: the memfd is
- * sealed), real sends and receives, and death.
+ * one of: garbage, backward, far-ahead, past-the-capacity and top-of-range
+ * values and toggled flags in its own position word and in W's, slot
+ * lengths past the limit (and huge), slot bytes, the doorbell lock word
+ * held with either process's mark or garbage, the requests word garbage,
+ * the layout line rewritten, the peak word, pages punched out with
+ * fallocate(FALLOC_FL_PUNCH_HOLE) (the header's too), bursts that hammer
+ * one word, writes and reads of the doorbell eventfds (a counter near its
+ * maximum included), O_NONBLOCK cleared on them (a flag of the open file,
+ * shared) with the counter emptied or filled, a byte written into the link
+ * or its shutdown, ftruncate and F_ADD_SEALS (which must fail: the memfd
+ * is sealed), real sends and receives, and death. A third of the sessions
+ * do any of these at any time; the rest mostly what leaves the protocol
+ * whole (the lock, requests, layout, peak, bytes, eventfds, traffic), so
+ * that W also moves messages for long.
  *
  * Handover sessions: H forges an end and hands it to W, by a handover
  * message (eventq_chan_recv_from) or as fds (eventq_chan_import_fds): a
  * good one, or one with a lie: the message's length, magic or side, fds
- * missing or extra (up to 10), fds of the wrong kinds (pipe, socket,
- * /dev/null, eventfd for memfd, memfd for eventfd, a datagram or
- * listening socket for the link), a memfd unsealed or half sealed, of a
- * size that is not the layout's (truncated, grown, not whole lines,
- * shorter than the header), a layout with a bad magic, capacity, message
- * limit, slot size or low-water mark, positions backwards, too far apart
- * or at the top of their range, a link whose other end is closed, the
- * message split or the socket closed empty. W takes it, and if it is
+ * missing or extra (up to 30), fds of the wrong kinds (pipe, socket,
+ * /dev/null, a directory, an epoll fd, eventfd for memfd, memfd for
+ * eventfd, a datagram socket for the link), a memfd unsealed, half sealed
+ * or sealed against writing, of a size that is not the layout's
+ * (truncated, grown, not whole lines, shorter than the header), a layout
+ * with a bad magic, capacity, message limit, slot size or low-water mark,
+ * positions backwards, too far apart, about 2^60 (the end of their range)
+ * or at the top of their word, a link whose other end is closed, the
+ * message split or the socket closed empty; as fds, a bad side, an fd of
+ * -1, a struct larger than the library knows. W takes it, and if it is
  * accepted, uses it while H keeps mutating the memory.
  *
  * W, the process under test (built with -fsanitize=address,undefined by
@@ -54,7 +61,8 @@
  *    -ETIMEDOUT (timeout > 0), -EPIPE, -EPROTO, -EMSGSIZE (a message past
  *    the limit sent, or a receive buffer smaller than the message), -EPERM
  *    (the other side's calls only), -EISCONN (handovers only), -EINVAL
- *    (an import with a bad side or fd only);
+ *    (an import with a bad side or fd only), -E2BIG (an import given a
+ *    larger struct only);
  *  - never a message longer than the limit, nor a needed length past it,
  *    nor a batch packing more than its buffer;
  *  - after -EPROTO, the end reads as closed: stats.closed is 1, sends and
@@ -62,7 +70,7 @@
  *  - stats within their clamps (pending and peak at most the capacity,
  *    received at most sent);
  *  - no fd left behind: a refused handover closes what came, a freed
- *    channel closes all of its fds (counted in /proc terms: fcntl on each);
+ *    channel closes all of its fds (every fd number probed with fcntl);
  *  - no crash and no sanitizer report in W, none in H (whose own checks:
  *    the seals hold).
  *
