@@ -591,7 +591,7 @@ static eventq_chan *sh_intercept(eventq_chan *made, int made_side)
     }
     if (how & 64)
         msg[12 + u8() % 4] = u8(); /* unused bytes */
-    memcpy(ctl.b, &(struct cmsghdr){ 0 }, sizeof(struct cmsghdr));
+    memset(ctl.b, 0, sizeof ctl.b); /* the padding too: sendmsg reads it */
     mh = (struct msghdr){ .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
                           .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nf) };
     iov.iov_len = len;
