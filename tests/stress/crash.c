@@ -65,8 +65,8 @@
  *    nothing else;
  *  - the last consumer, at end of stream, has everything up to `acked`
  *    (less that bound), nothing at or past `intent`, and nothing past
- *    `acked` unless the producer died in a call (a message whose send had
- *    not returned arrives at most once);
+ *    `acked` unless the producer was killed (a message whose send had not
+ *    returned arrives at most once);
  *  - every process ends as planned: a killed one by SIGKILL, the others by
  *    exit 0; a hang is a failure (alarm(2) in every process, and every
  *    wait on an fd is a poll with a timeout: watchdogs, not timing).
