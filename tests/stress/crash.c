@@ -68,11 +68,15 @@
  *    `acked` unless the producer was killed (a message whose send had not
  *    returned arrives at most once);
  *  - every process ends as planned: a killed one by SIGKILL, the others by
- *    exit 0; a hang is a failure (alarm(2) in every process, and every
- *    wait on an fd is a poll with a timeout: watchdogs, not timing).
+ *    exit 0, or without a channel when the process that was to hand it
+ *    over was killed first (its socket's end of file: -EPROTO), which
+ *    leaves a round without a consumer only if the producer was killed; a
+ *    hang is a failure (alarm(2) in every process, and every wait on an fd
+ *    is a poll with a timeout: watchdogs, not timing).
  *
  * No sleeps as synchronisation: processes wait on fds, the socket pairs,
- * the parent's pipe and waitpid; delays are busy loops that place kills.
+ * the parent's pipe and waitpid; delays (busy loops, timers) only place
+ * kills.
  */
 #include <inttypes.h>
 #include <pthread.h>
