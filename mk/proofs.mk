@@ -32,9 +32,9 @@
 #                  outlive it. `make crash-soak`: CRASH_SOAK_ROUNDS (10,000)
 #   make hostile   tests/stress/hostile.c: a well-behaved process against a
 #                  hostile one that rewrites the shared memory and forges
-#                  handovers, HOSTILE_SESSIONS sessions
-#                  (the library bugs these found: tests/c/test_shared_findings.c,
-#                  in stage c-tests)
+#                  handovers, HOSTILE_SESSIONS sessions. The library bugs
+#                  these and the fuzz target found are regression tests in
+#                  tests/c/test_shared_findings.c (stage c-tests)
 # Stages: loom, stress-smoke, leaks-smoke, fuzz-corpus (the corpus replayed
 # through fuzz/driver.c under gcc's ASan+UBSan: no clang needed),
 # sanitize-smoke (the C tests and a short hostile run under ASan+UBSan,
@@ -63,7 +63,7 @@ LEAKS_BIN   := $(BUILD)/stress/leaks
 CRASH_BIN   := $(BUILD)/stress/crash
 HOSTILE_BIN := $(BUILD)/stress/hostile
 # Rounds and sessions of the process-shared proofs: a round or a session
-# takes 5 to 50 ms on 2 busy cores.
+# takes from a few to 50 ms on 2 busy cores.
 CRASH_ROUNDS           ?= 2000
 CRASH_SOAK_ROUNDS      ?= 10000
 CRASH_SMOKE_ROUNDS     ?= 400
@@ -91,8 +91,8 @@ SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-
 SANITIZE_ENV = CC="$(CC)" CARGO="$(CARGO)" BUILD="$(BUILD)" PREFIX="$(TEST_PREFIX)" \
                NATIVE_LIBS="$$(cat $(NATIVE_LIBS))" VALGRIND="$(VALGRIND)"
 
-.PHONY: loom loom-mutations stress leaks sanitize fuzz fuzz-merge fuzz-driver crash crash-soak \
-        hostile
+.PHONY: loom loom-mutations stress leaks sanitize fuzz fuzz-merge fuzz-driver \
+        crash crash-soak hostile
 
 # Stage: loom model checks of the channel's wake-up protocol (tests/loom.rs,
 # and between processes tests/loom_shared.rs), built with --cfg loom in a
