@@ -156,7 +156,7 @@ struct round {
 static struct {
     uint64_t rounds, by_type[3];
     uint64_t kills[2][NOPS][NWHERE], kills_total[2];
-    uint64_t acked, delivered, inflight, lost, lost_bound, stranded, consumers;
+    uint64_t acked, delivered, inflight, lost, lost_bound, stranded, stranded_msgs, consumers;
     uint64_t handovers_mid, handovers_end, consumer_closes;
     uint64_t codes[2][SHM_CODES];
 } T;
@@ -904,6 +904,8 @@ static void check_round(uint64_t round, int ncons, int final, int producer_kille
     T.acked += acked;
     if (final < 0) {
         T.stranded++;
+        if (acked > (uint64_t)(prev + 1))
+            T.stranded_msgs += acked - (uint64_t)(prev + 1);
         return;
     }
     /* The last consumer saw end of stream: it has every message up to acked. */
@@ -1088,8 +1090,10 @@ int main(int argc, char **argv)
     printf("  messages: %" PRIu64 " sent (send returned success), %" PRIu64 " received and checked "
            "(whole, in order, once); %" PRIu64 " taken by dead consumers (their last calls could take %"
            PRIu64 "); %" PRIu64 " delivered whose send had not returned; %" PRIu64
-           " rounds left without a consumer (the producer died first); %" PRIu64 " consumer closes\n",
-           T.acked, T.delivered, T.lost, T.lost_bound, T.inflight, T.stranded, T.consumer_closes);
+           " rounds left without a consumer (the producer died before it handed the channel to"
+           " one: %" PRIu64 " sent messages no process could receive); %" PRIu64 " consumer closes\n",
+           T.acked, T.delivered, T.lost, T.lost_bound, T.inflight, T.stranded, T.stranded_msgs,
+           T.consumer_closes);
     printf("  handovers to a new consumer: %" PRIu64 " after -EPIPE on the full ring (the consumer gone), %"
            PRIu64 " after close\n", T.handovers_mid, T.handovers_end);
     shm_print_codes("producer return codes", T.codes[0]);
