@@ -6,7 +6,7 @@
  * process dies (docs/design.md, "Between processes") is checked against
  * records that outlive the death.
  *
- * usage: crash [-n ROUNDS] [-s SEED] [-q] [-v]
+ * usage: crash [-n ROUNDS] [-s SEED] [-q] [-v] [-b]
  *
  * A round: the parent (which holds no channel) makes a socket pair for
  * each consumer it may start and forks the producer and consumer 0. One of
@@ -74,6 +74,14 @@
  *    hang is a failure (alarm(2) in every process, and every wait on an fd
  *    is a poll with a timeout: watchdogs, not timing).
  *
+ * -b: batch sends as large as the ring. Without it a batch is smaller than
+ * the capacity, which keeps a known library bug (tests/c/findings_shared.c:
+ * a batch send can leave the receive doorbell down when the receiver
+ * drained the ring during it) from wedging a round: the sender's next push
+ * then finds the doorbell down and raises it, which it cannot do when the
+ * batch filled the ring and it waits for room. With -b, rounds of a small
+ * capacity and long messages end in that wedge now and then.
+ *
  * No sleeps as synchronisation: processes wait on fds, the socket pairs,
  * the parent's pipe and waitpid; delays (busy loops, timers) only place
  * kills.
@@ -125,12 +133,22 @@ struct kill_plan {
 };
 
 /* One process's record, in memory the parent reads after its death. */
+/* A call and the shared words around it, for the report of a wedge. */
+struct traced {
+    int32_t op, rc;
+    uint64_t tail, head, bells; /* before the call */
+    uint64_t tail_after, head_after, bells_after;
+};
+#define TRACE_LEN 32
+
 struct role {
     _Atomic int op, in_call, asleep, fired, got_chan, closes;
     _Atomic uint64_t progress;
     _Atomic uint64_t taken_max; /* consumer: most messages taken and not yet logged */
     uint64_t codes[SHM_CODES];  /* return codes of its calls */
     char err[512];
+    struct traced trace[TRACE_LEN]; /* its last calls, a ring */
+    _Atomic uint32_t ntrace;
 };
 
 struct round {
@@ -161,7 +179,7 @@ static struct {
     uint64_t codes[2][SHM_CODES];
 } T;
 
-static int g_verbose, g_quiet;
+static int g_verbose, g_quiet, g_bugs;
 
 /* ---- the messages ---- */
 
@@ -305,12 +323,42 @@ static void fire(int op)
     shm_spin(PLAN->pre);
 }
 
+/* The channel's shared words as this process maps them (found in
+ * /proc/self/maps once it has the channel): tail, head, and the doorbell
+ * lock and requests, read around each call for the report of a wedge. */
+static const volatile uint64_t *g_words;
+
+static void find_words(void)
+{
+    FILE *f = fopen("/proc/self/maps", "re");
+    char line[512];
+    while (f && fgets(line, sizeof line, f))
+        if (strstr(line, "/memfd:eventq-chan")) {
+            g_words = (const volatile uint64_t *)(uintptr_t)strtoull(line, NULL, 16);
+            break;
+        }
+    if (f)
+        fclose(f);
+}
+
+static void read_words(uint64_t *tail, uint64_t *head, uint64_t *bells)
+{
+    if (!g_words)
+        return;
+    *tail = g_words[SHM_OFF_TAIL / 8];
+    *head = g_words[SHM_OFF_HEAD / 8];
+    *bells = g_words[SHM_OFF_LOCK / 8] << 32 | (g_words[SHM_OFF_REQUESTS / 8] & 0xffffffffu);
+}
+
 /* Right before a call of kind `op`: fires the kill if due, records the call. */
 static void begin(int op)
 {
     fire(op);
     atomic_store(&ME->op, op);
     atomic_store(&ME->in_call, op != OP_POLL && op != OP_END);
+    struct traced *t = &ME->trace[atomic_load(&ME->ntrace) % TRACE_LEN];
+    *t = (struct traced){ .op = op };
+    read_words(&t->tail, &t->head, &t->bells);
 }
 
 /* Right after: counts the return code. */
@@ -318,7 +366,28 @@ static int end(int rc)
 {
     atomic_store(&ME->in_call, 0);
     ME->codes[shm_code_slot(rc)]++;
+    struct traced *t = &ME->trace[atomic_load(&ME->ntrace) % TRACE_LEN];
+    t->rc = rc;
+    read_words(&t->tail_after, &t->head_after, &t->bells_after);
+    atomic_fetch_add(&ME->ntrace, 1);
     return rc;
+}
+
+/* Prints a role's last calls: the op, its code, and the words before and
+ * after (position.flags of tail and head, lock:requests). */
+static void print_trace(const char *who, struct role *r)
+{
+    uint32_t n = atomic_load(&r->ntrace);
+    fprintf(stderr, "  %s's last calls (tail, head as position.flags; lock:requests):\n", who);
+    for (uint32_t i = n > TRACE_LEN ? n - TRACE_LEN : 0; i < n; i++) {
+        struct traced *t = &r->trace[i % TRACE_LEN];
+        fprintf(stderr, "    %-18s %4d  tail %llu.%llu head %llu.%llu bells %llx -> tail %llu.%llu head %llu.%llu bells %llx\n",
+                op_name[t->op], t->rc, (unsigned long long)(t->tail >> 3), (unsigned long long)(t->tail & 7),
+                (unsigned long long)(t->head >> 3), (unsigned long long)(t->head & 7), (unsigned long long)t->bells,
+                (unsigned long long)(t->tail_after >> 3), (unsigned long long)(t->tail_after & 7),
+                (unsigned long long)(t->head_after >> 3), (unsigned long long)(t->head_after & 7),
+                (unsigned long long)t->bells_after);
+    }
 }
 
 /* Dies with a message the parent prints. */
@@ -361,6 +430,9 @@ static void wait_fd(eventq_chan *ch, int fd, const char *what)
     memset(&st, 0, sizeof st);
     eventq_chan_get_stats(ch, &st, sizeof st);
     struct role *other = ME == &R->prod ? NULL : &R->prod;
+    print_trace("this process", ME);
+    if (other)
+        print_trace("the producer", other);
     FAIL("the %s fd stayed unreadable for %d s after -EAGAIN: a wedge (sent %llu, received %llu, "
          "pending %llu, closed %llu; the producer %s %s, %llu acked)",
          what, WAIT_MS / 1000, (unsigned long long)st.sent, (unsigned long long)st.received,
@@ -468,7 +540,8 @@ static int is_closed(eventq_chan *ch)
 static int send_some(eventq_chan *ch, uint64_t seq, uint8_t *buf)
 {
     int batch = plan_wants(OP_SEND_BATCH) || (!plan_wants(OP_SEND) && shm_one_in(3));
-    uint64_t k = batch ? 1 + shm_below(SEND_BATCH_MAX) : 1;
+    uint64_t most = g_bugs || R->capacity > SEND_BATCH_MAX ? SEND_BATCH_MAX : R->capacity - 1;
+    uint64_t k = batch && most ? 1 + shm_below(most) : 1;
     if (k > R->n - seq)
         k = R->n - seq;
     eventq_buf bufs[SEND_BATCH_MAX];
@@ -513,6 +586,7 @@ static void producer(int *sock, int ctl)
         ch = create(EVENTQ_SIDE_SEND);
     }
     atomic_store(&ME->got_chan, 1);
+    find_words();
     int cur = 0, closed_by_consumer = 0;
     if (R->consumer_creates) {
         close(sock[0]);
@@ -696,6 +770,7 @@ static void consumer(int k, int sock)
     }
     close(sock);
     atomic_store(&ME->got_chan, 1);
+    find_words();
     g_next = UINT64_MAX;
     int closed = 0;
     for (;;) {
@@ -1066,8 +1141,9 @@ static void print_kills(int who)
 int main(int argc, char **argv)
 {
     shm_prog = "crash";
-    struct shm_args a = shm_parse(argc, argv, 200, "ROUNDS");
+    struct shm_args a = shm_parse(argc, argv, 200, "ROUNDS", 1);
     g_quiet = a.quiet;
+    g_bugs = a.bugs;
     g_verbose = a.verbose;
     R = shm_shared_zeroed(sizeof *R);
     double t0 = shm_seconds();
