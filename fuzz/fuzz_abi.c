@@ -45,6 +45,10 @@
  * strerror of any int. Never: a freed handle reused, a buffer shorter than
  * the length passed (the header makes those the caller's fault).
  *
+ * An input that starts with "EQSH" is a program on a process-shared channel
+ * instead: fuzz_shared.h (its handovers, forged memories and writes to the
+ * shared memory, against a model of its own).
+ *
  * Built two ways: with libFuzzer (clang -fsanitize=fuzzer, `make fuzz`), and
  * with fuzz/driver.c (any C compiler), which runs the committed corpus as
  * regression inputs in `make test`.
@@ -1838,8 +1842,18 @@ static void setup_once(void)
     pthread_sigmask(SIG_BLOCK, &s, NULL);
 }
 
+#include "fuzz_shared.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    if (size >= 4 && memcmp(data, SH_MAGIC, 4) == 0) {
+        g_in.p = data + 4;
+        g_in.n = size - 4;
+        g_opno = 0;
+        g_trace = getenv("FUZZ_TRACE") != NULL;
+        fuzz_shared();
+        return 0;
+    }
     setup_once();
     memset(g_ch, 0, sizeof g_ch);
     memset(g_lp, 0, sizeof g_lp);

@@ -14,7 +14,9 @@
 # (seconds per program, a hang guard).
 #
 # Runs, in order (each skipped with a reason when its tool is missing):
-#  1. asan-gcc   C tests (tests/c/test_*.c), fuzz corpus, stress, leaks:
+#  1. asan-gcc   C tests (tests/c/test_*.c), fuzz corpus, stress, leaks,
+#                the process-shared channel's hostile and crash tests
+#                (tests/stress/hostile.c, crash.c; --smoke: a short hostile run):
 #                gcc -fsanitize=address,undefined (LeakSanitizer on), linked
 #                against the release libeventq.a. The Rust library is NOT
 #                instrumented: its own loads and stores are unchecked, but
@@ -35,7 +37,7 @@
 #                scripts/tsan.supp suppresses reports in that code and says
 #                what is given up.
 #  4. valgrind   memcheck on the C tests (shared library), the fuzz corpus,
-#                short stress and leaks runs, and every Rust test binary
+#                short stress, leaks, hostile and crash runs, and every Rust test binary
 #                (stable debug build): invalid reads/writes, uses of
 #                uninitialised memory, leaks. Nothing needs rebuilding.
 # Not run: helgrind and DRD. They model pthread locks only; libeventq's
@@ -85,9 +87,14 @@ bad=0
 #    close to tests/common's 60 s wall-clock watchdog, which fired twice on
 #    a loaded machine. ASan and TSan run it in full; stress runs under
 #    valgrind.
+#  - hostile, crash (the process-shared channel's tests, tests/stress/):
+#    not under TSan. Each of their processes uses a channel from one
+#    thread (a race needs two), and crash's children start a thread after
+#    fork, which TSan's runtime refuses (die_after_fork). ASan and valgrind
+#    run them.
 # Declared before any run: a list consulted before it exists skips nothing.
 # shellcheck disable=SC2086
-skip_list tsan-rust ${SANITIZE_SKIP_TSAN-test_memcg memcg}
+skip_list tsan-rust ${SANITIZE_SKIP_TSAN-test_memcg memcg hostile crash}
 # shellcheck disable=SC2086
 skip_list valgrind ${SANITIZE_SKIP_VALGRIND-test_memcg memcg chan_mpmc}
 SKIPPED="skipped (see SANITIZE_SKIP_* in this script)"
@@ -151,7 +158,9 @@ build_c() {
     mkdir -p "$dir"
     rm -f "$dir"/*.build.log
     local progs=("${C_TESTS[@]}")
+    skipped "$variant" hostile || progs+=(tests/stress/hostile.c)
     [ "$smoke" -eq 0 ] && progs+=(tests/stress/stress.c tests/stress/leaks.c fuzz/driver.c)
+    [ "$smoke" -eq 0 ] && ! skipped "$variant" crash && progs+=(tests/stress/crash.c)
     for src in "${progs[@]}"; do
         name=$(basename "$src" .c)
         local extra=()
@@ -193,6 +202,23 @@ run_c() {
         "$dir/fuzz-driver.log" "$@" "$dir/fuzz-driver" fuzz/corpus
     [ -x "$dir/stress" ] && [ "$sn" -gt 0 ] && run "$variant" "stress -n $sn" "$dir/stress.log" "$@" "$dir/stress" -q -n "$sn"
     [ -x "$dir/leaks" ] && [ "$ln" -gt 0 ] && run "$variant" "leaks -n $ln" "$dir/leaks.log" "$@" "$dir/leaks" -n "$ln"
+}
+
+# The process-shared channel's tests of a variant, with their counts (0: not
+# run). run_shm VARIANT HOSTILE_SESSIONS CRASH_ROUNDS [PREFIX_CMD...]
+run_shm() {
+    local variant=$1 hn=$2 cn=$3 dir=$OUT/$1 name n
+    shift 3
+    for name in hostile crash; do
+        n=$hn
+        [ "$name" = crash ] && n=$cn
+        if skipped "$variant" "$name"; then
+            printf '  %-34s %s\n' "$name" "$SKIPPED"
+            record "$variant" "$name" "$SKIPPED"
+        elif [ -x "$dir/$name" ] && [ "$n" -gt 0 ]; then
+            run "$variant" "$name -n $n" "$dir/$name.log" "$@" "$dir/$name" -q -n "$n"
+        fi
+    done
 }
 
 # The Rust test targets of a variant: --lib and every tests/*.rs not skipped
@@ -253,6 +279,8 @@ if echo 'int main(void){return 0;}' | $CC -fsanitize=address,undefined -x c - -o
     # shellcheck disable=SC2086
     build_c asan-gcc "$GCC_ASAN" "$GCC_ASAN" "$PREFIX/lib/libeventq.a" $NATIVE_LIBS
     run_c asan-gcc 200000 5000 "${ASAN_ENV[@]}"
+    if [ "$smoke" -eq 1 ]; then run_shm asan-gcc 30 0 "${ASAN_ENV[@]}"
+    else run_shm asan-gcc 400 300 "${ASAN_ENV[@]}"; fi
 else
     echo "  skipped: $CC cannot build with -fsanitize=address,undefined (install gcc's libasan/libubsan)"
     record asan-gcc "-" "skipped: no ASan/UBSan in $CC"
@@ -324,6 +352,7 @@ else
         # shellcheck disable=SC2086
         build_c asan-rust "$GCC_ASAN" "" -Wl,--whole-archive "$rt" -Wl,--no-whole-archive "$lib" $NATIVE_LIBS
         run_c asan-rust 200000 5000 "${ASAN_ENV[@]}"
+        run_shm asan-rust 400 300 "${ASAN_ENV[@]}"
         rust_tests asan-rust address "ASAN_OPTIONS=exitcode=$FINDING:detect_leaks=1" "LSAN_OPTIONS=exitcode=$FINDING"
     else
         echo "  build of the instrumented library failed: $OUT/rust-address-build.log"
@@ -349,6 +378,7 @@ else
         # shellcheck disable=SC2086
         build_c tsan-rust "-fsanitize=thread" "" -Wl,--whole-archive "$rt" -Wl,--no-whole-archive "$lib" $NATIVE_LIBS
         run_c tsan-rust 100000 0 "${TSAN_ENV[@]}"
+        run_shm tsan-rust 0 0 "${TSAN_ENV[@]}"
         rust_tests tsan-rust thread "TSAN_OPTIONS=exitcode=$FINDING:halt_on_error=0:suppressions=$PWD/scripts/tsan.supp"
     else
         echo "  build of the instrumented library failed: $OUT/rust-thread-build.log"
@@ -360,7 +390,8 @@ fi
 # ---- 4. valgrind memcheck -------------------------------------------------
 header "valgrind: memcheck (invalid accesses, uninitialised values, leaks)" \
     "Whole process, Rust and C alike, no rebuild: C tests on the shared library, fuzz corpus," \
-    "stress -n 20000, leaks -n 1000, every Rust test binary (stable debug build)."
+    "stress -n 20000, leaks -n 1000, hostile -n 20, crash -n 10, every Rust test binary" \
+    "(stable debug build)."
 VG=("$VALGRIND" -q --fair-sched=yes --error-exitcode=$FINDING --leak-check=full --show-leak-kinds=definite,indirect
     --errors-for-leak-kinds=definite,indirect --track-origins=yes --suppressions="$PWD/scripts/valgrind.supp")
 if ! command -v "$VALGRIND" >/dev/null 2>&1; then
@@ -372,6 +403,7 @@ else
     # shellcheck disable=SC2086
     build_c valgrind "" "" -L"$PREFIX/lib" -leventq -Wl,-rpath,"$PREFIX/lib" $NATIVE_LIBS
     run_c valgrind 20000 1000 "${VG[@]}"
+    run_shm valgrind 20 10 "${VG[@]}"
     # The Rust test binaries, as cargo test builds them.
     mapfile -t vtargets < <(test_targets valgrind)
     for t in tests/*.rs; do skipped valgrind "$(basename "$t" .rs)" &&
