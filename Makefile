@@ -91,7 +91,7 @@ STAGES_c         := c-tests c-static examples examples-run
 STAGES_go        := go
 STAGES_python    := python
 STAGES_bench     := bench-smoke blocking-bench-smoke bench-peers-smoke bench-ipc-smoke
-STAGES_proofs    := loom stress-smoke leaks-smoke fuzz-corpus sanitize-smoke
+STAGES_proofs    := loom stress-smoke crash-smoke hostile-smoke leaks-smoke fuzz-corpus sanitize-smoke
 GROUPS           := rust c go python packaging bench proofs
 
 # The quick Rust checks first. loom then runs in the background (it builds
@@ -101,7 +101,8 @@ GROUPS           := rust c go python packaging bench proofs
 # builds, which keep both cores busy, come last, once loom is done.
 TEST_STAGES := fmt clippy cargo-test doc rust-user loom header header-std install installed-lib abi \
                c-tests c-static examples examples-run licenses man-pages cmake static-link \
-               debuginfo uninstall stress-smoke leaks-smoke fuzz-corpus sanitize-smoke python \
+               debuginfo uninstall stress-smoke crash-smoke hostile-smoke leaks-smoke fuzz-corpus \
+               sanitize-smoke python \
                go bench-smoke blocking-bench-smoke bench-peers-smoke bench-ipc-smoke
 # The quick tier: what a contributor runs before each commit. go-unit is the
 # Go tests without -race (stage go runs them with it).
@@ -155,7 +156,7 @@ help:
 	  'make man' 'the man pages in build/man' \
 	  'make abi-baseline' 'a new ABI baseline in abi/ (make abi-check: stage abi)' \
 	  'make bench' 'also bench-peers, bench-ipc, bench-blocking, bench-go, bench-python' \
-	  'make loom' 'also stress, leaks, sanitize, fuzz, fuzz-merge, fuzz-driver: the proofs in full'
+	  'make loom' 'also loom-mutations, stress, leaks, crash, crash-soak, hostile, sanitize, fuzz, fuzz-merge, fuzz-driver: the proofs in full'
 
 $(patsubst TOOL_%,need-%,$(filter TOOL_%,$(.VARIABLES))): need-%:
 	$(call need,$(TOOL_$*),$(HINT_$*))

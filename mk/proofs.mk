@@ -35,9 +35,6 @@
 #                  handovers, HOSTILE_SESSIONS sessions. The library bugs
 #                  these and the fuzz target found are regression tests in
 #                  tests/c/test_shared_findings.c (stage c-tests)
-#   make shm-findings  tests/c/findings_shared.c: the bugs still open, which
-#                  fail until fixed (`make crash CRASH_ARGS=-b`: crash with
-#                  the case of them it steps around)
 # Stages: loom, stress-smoke, leaks-smoke, fuzz-corpus (the corpus replayed
 # through fuzz/driver.c under gcc's ASan+UBSan: no clang needed),
 # sanitize-smoke (the C tests and a short hostile run under ASan+UBSan,
@@ -95,7 +92,7 @@ SANITIZE_ENV = CC="$(CC)" CARGO="$(CARGO)" BUILD="$(BUILD)" PREFIX="$(TEST_PREFI
                NATIVE_LIBS="$$(cat $(NATIVE_LIBS))" VALGRIND="$(VALGRIND)"
 
 .PHONY: loom loom-mutations stress leaks sanitize fuzz fuzz-merge fuzz-driver \
-        crash crash-soak hostile shm-findings
+        crash crash-soak hostile
 
 # Stage: loom model checks of the channel's wake-up protocol (tests/loom.rs,
 # and between processes tests/loom_shared.rs), built with --cfg loom in a
@@ -121,12 +118,6 @@ stress: $(STRESS_BIN)
 stage-stress-smoke: $(STRESS_BIN)
 	$(call timed,$(C_TEST_TIMEOUT)) $(STRESS_BIN) -q -n $(STRESS_SMOKE_MESSAGES)
 	$(call timed,$(C_TEST_TIMEOUT)) $(STRESS_BIN) -q -B -n $(STRESS_SMOKE_BLOCKING_MESSAGES)
-	$(if $(filter crash-smoke,$(STAGES_proofs)),,$(SHM_SMOKES_HERE))
-
-# The stage lists are the Makefile's (STAGES_proofs, TEST_STAGES); until they
-# name crash-smoke and hostile-smoke, stage stress-smoke runs those two.
-SHM_SMOKES_HERE = @echo "stress-smoke runs crash-smoke and hostile-smoke (not in the stage lists yet)"; \
-                  $(MAKE) --no-print-directory -j1 stage-crash-smoke stage-hostile-smoke
 
 # The process-shared channel between real processes: deaths and a hostile peer.
 crash: $(CRASH_BIN)
@@ -141,11 +132,6 @@ stage-crash-smoke: $(CRASH_BIN)
 	$(call timed,$(C_TEST_TIMEOUT)) $(CRASH_BIN) -q -n $(CRASH_SMOKE_ROUNDS)
 stage-hostile-smoke: $(HOSTILE_BIN)
 	$(call timed,$(C_TEST_TIMEOUT)) $(HOSTILE_BIN) -q -n $(HOSTILE_SMOKE_SESSIONS)
-
-# The library bugs the proofs found that are still open: this fails until
-# they are fixed.
-shm-findings: $(BUILD)/c/findings_shared
-	$(call timed,$(C_TEST_TIMEOUT)) $<
 
 # memcheck counts definite and indirect leaks; "possibly lost" is left out:
 # std keeps one 48-byte handle of the main thread (std::thread::current(),

@@ -32,6 +32,15 @@
  * 5. eventq_chan_import_fds given a larger struct whose extra bytes are not
  *    zero returned -E2BIG and left the four fds open, though it takes them
  *    over on every path.
+ * 7. A batch send asked for the receive doorbell to be raised only if none
+ *    of its pushes found it up: when the receiver drained the ring during
+ *    the batch and lowered the doorbell, the rest of the batch sat behind
+ *    an fd nobody raised (found by tests/stress/crash.c; the loom model
+ *    a_batch_send_raises_the_fd_a_receiver_lowered_during_it has it too).
+ *    Here: a sender sends 1 message, then a batch of 7, and waits for the
+ *    receiver to take all 8; the receiver, on -EAGAIN, polls its receive
+ *    fd, which staying unreadable for 1 s (a watchdog: a raise takes
+ *    microseconds) with messages pending is the bug.
  * 6. An end imported with tail and head at the top of their range (2^61 - 1,
  *    the most a word holds below its 3 flag bits) took a send whose
  *    publication overflowed the tail word: in a release build it wrapped to
@@ -293,6 +302,89 @@ static void import_larger_struct(void)
     eventq_chan_free(made);
 }
 
+#define BATCH 7
+#define ROUNDS 20000
+#define MSG 1000
+
+/* The receiver: takes BATCH + 1 messages a round, acks each round on `ack`;
+ * exits 1 (with the round and what was pending) when its fd stayed down. */
+static void receiver(eventq_chan *rx, int ack)
+{
+    char *b = malloc(MSG);
+    size_t len;
+    for (int r = 0; r < ROUNDS; r++) {
+        for (int got = 0; got < BATCH + 1;) {
+            if (eventq_chan_recv(rx, b, MSG, &len, 0) == 0) {
+                got++;
+                continue;
+            }
+            struct pollfd p = { .fd = eventq_chan_recv_fd(rx), .events = POLLIN };
+            if (poll(&p, 1, 1000) == 0) {
+                eventq_chan_stats st;
+                eventq_chan_get_stats(rx, &st, sizeof st);
+                printf("# round %d: the receive fd stayed unreadable for 1 s with %llu "
+                       "message(s) pending\n", r, (unsigned long long)st.pending);
+                fflush(stdout);
+                _exit(1);
+            }
+        }
+        if (write(ack, "a", 1) != 1)
+            _exit(2);
+    }
+    _exit(0);
+}
+
+static void lost_wakeup_after_batch(void)
+{
+    eventq_chan_opts o;
+    eventq_chan_opts_init(&o, sizeof o);
+    o.capacity = BATCH + 1;
+    o.max_msg_size = MSG;
+    eventq_chan *tx, *rx;
+    REQUIRE("new_shared", eventq_chan_new_shared(&o, EVENTQ_SIDE_SEND, &tx) == 0);
+    eventq_shared_fds f;
+    REQUIRE("export_fds", eventq_chan_export_fds(tx, &f, sizeof f) == 0);
+    int ack[2];
+    REQUIRE("pipe", pipe(ack) == 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    REQUIRE("fork", pid >= 0);
+    if (pid == 0) {
+        close(ack[0]);
+        if (eventq_chan_import_fds(&f, sizeof f, &rx) != 0)
+            _exit(3);
+        receiver(rx, ack[1]);
+    }
+    close(ack[1]);
+    close(f.mem);
+    close(f.recv_bell);
+    close(f.send_bell);
+    close(f.link);
+    char *m = malloc(MSG);
+    memset(m, 7, MSG);
+    eventq_buf bufs[BATCH];
+    for (int i = 0; i < BATCH; i++)
+        bufs[i] = (eventq_buf){ .data = m, .len = MSG };
+    int r = 0;
+    for (; r < ROUNDS; r++) {
+        REQUIRE("send", eventq_chan_send(tx, m, MSG, 0) == 0);
+        for (volatile int s = 0; s < (r * 37) % 400; s++) /* where the batch starts */
+            ;
+        REQUIRE("send_batch", eventq_chan_send_batch(tx, bufs, BATCH, 0) == BATCH);
+        char a;
+        if (read(ack[0], &a, 1) != 1)
+            break; /* the receiver exited: it says why */
+    }
+    int st;
+    REQUIRE("waitpid", waitpid(pid, &st, 0) == pid);
+    CHECK_MSG("after a batch send the receive fd is readable while messages are pending, "
+              "also when the receiver drained the ring during the batch (D4, D9)",
+              WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "the receiver ended with status %#x in round %d of %d", st, r, ROUNDS);
+    free(m);
+    eventq_chan_free(tx);
+}
+
 int main(void)
 {
     check_init();
@@ -302,5 +394,6 @@ int main(void)
     write_sealed_memfd();
     import_larger_struct();
     top_of_the_range();
+    lost_wakeup_after_batch();
     return check_done();
 }

@@ -6,7 +6,7 @@
  * process dies (docs/design.md, "Between processes") is checked against
  * records that outlive the death.
  *
- * usage: crash [-n ROUNDS] [-s SEED] [-q] [-v] [-b]
+ * usage: crash [-n ROUNDS] [-s SEED] [-q] [-v]
  *
  * A round: the parent (which holds no channel) makes a socket pair for
  * each consumer it may start and forks the producer and consumer 0. One of
@@ -73,14 +73,6 @@
  *    leaves a round without a consumer only if the producer was killed; a
  *    hang is a failure (alarm(2) in every process, and every wait on an fd
  *    is a poll with a timeout: watchdogs, not timing).
- *
- * -b: batch sends as large as the ring. Without it a batch is smaller than
- * the capacity, which keeps a known library bug (tests/c/findings_shared.c:
- * a batch send can leave the receive doorbell down when the receiver
- * drained the ring during it) from wedging a round: the sender's next push
- * then finds the doorbell down and raises it, which it cannot do when the
- * batch filled the ring and it waits for room. With -b, rounds of a small
- * capacity and long messages end in that wedge now and then.
  *
  * No sleeps as synchronisation: processes wait on fds, the socket pairs,
  * the parent's pipe and waitpid; delays (busy loops, timers) only place
@@ -179,7 +171,7 @@ static struct {
     uint64_t codes[2][SHM_CODES];
 } T;
 
-static int g_verbose, g_quiet, g_bugs;
+static int g_verbose, g_quiet;
 
 /* ---- the messages ---- */
 
@@ -540,7 +532,7 @@ static int is_closed(eventq_chan *ch)
 static int send_some(eventq_chan *ch, uint64_t seq, uint8_t *buf)
 {
     int batch = plan_wants(OP_SEND_BATCH) || (!plan_wants(OP_SEND) && shm_one_in(3));
-    uint64_t most = g_bugs || R->capacity > SEND_BATCH_MAX ? SEND_BATCH_MAX : R->capacity - 1;
+    uint64_t most = SEND_BATCH_MAX; /* as large as the ring, or larger */
     uint64_t k = batch && most ? 1 + shm_below(most) : 1;
     if (k > R->n - seq)
         k = R->n - seq;
@@ -1141,9 +1133,8 @@ static void print_kills(int who)
 int main(int argc, char **argv)
 {
     shm_prog = "crash";
-    struct shm_args a = shm_parse(argc, argv, 200, "ROUNDS", 1);
+    struct shm_args a = shm_parse(argc, argv, 200, "ROUNDS");
     g_quiet = a.quiet;
-    g_bugs = a.bugs;
     g_verbose = a.verbose;
     R = shm_shared_zeroed(sizeof *R);
     double t0 = shm_seconds();

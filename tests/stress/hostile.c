@@ -1141,7 +1141,7 @@ static void session(uint64_t i, uint64_t seed)
 int main(int argc, char **argv)
 {
     shm_prog = "hostile";
-    struct shm_args a = shm_parse(argc, argv, 40, "SESSIONS", 0);
+    struct shm_args a = shm_parse(argc, argv, 40, "SESSIONS");
     int quiet = a.quiet;
     g_verbose = a.verbose;
     REC = shm_shared_zeroed(sizeof *REC);

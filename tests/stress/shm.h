@@ -338,26 +338,22 @@ static inline const char *shm_status(int st, char *buf, size_t len)
 
 struct shm_args {
     uint64_t n, seed;
-    int quiet, verbose, bugs;
+    int quiet, verbose;
 };
 
-/* Parses [-n N] [-s SEED] [-q] [-v] (and [-b] when `bugs_flag`); `what`
- * names N in the usage line. */
-static inline struct shm_args shm_parse(int argc, char **argv, uint64_t n, const char *what,
-                                        int bugs_flag)
+/* Parses [-n N] [-s SEED] [-q] [-v]; `what` names N in the usage line. */
+static inline struct shm_args shm_parse(int argc, char **argv, uint64_t n, const char *what)
 {
     struct shm_args a = { .n = n, .seed = 1 };
     int opt;
-    while ((opt = getopt(argc, argv, bugs_flag ? "n:s:qvb" : "n:s:qv")) != -1) {
+    while ((opt = getopt(argc, argv, "n:s:qv")) != -1) {
         switch (opt) {
         case 'n': a.n = strtoull(optarg, NULL, 0); break;
         case 's': a.seed = strtoull(optarg, NULL, 0); break;
         case 'q': a.quiet = 1; break;
         case 'v': a.verbose = 1; break;
-        case 'b': a.bugs = 1; break;
         default:
-            fprintf(stderr, "usage: %s [-n %s] [-s SEED] [-q] [-v]%s\n", argv[0], what,
-                    bugs_flag ? " [-b]" : "");
+            fprintf(stderr, "usage: %s [-n %s] [-s SEED] [-q] [-v]\n", argv[0], what);
             exit(2);
         }
     }
