@@ -68,9 +68,12 @@
 #                        channel's receive fd wakes a consumer with nothing
 #                        to receive, level-triggered then EPOLLET.
 #                        IPC_WAKES_ARGS: N SIZE GAP_US (default 1000 8 1000).
-#   make bench-go        the Go binding against Go's buffered channel
-#                        (bindings/go/bench_test.go), linked to the test
-#                        install. GO_BENCH_ARGS (default -bench . -count 5).
+#   make bench-go        the Go binding against what a Go program would use
+#                        instead (bindings/go/internal/benchgo), each target
+#                        met, MISSED or unsettled. BENCH_GO_ARGS: -reps N,
+#                        -min DURATION, -run REGEXP.
+#   make bench-go-micro  go test benchmarks (bindings/go/bench_test.go).
+#                        GO_BENCH_ARGS (default -bench . -count 5).
 #   make bench-python    thread-to-asyncio hand-off of small messages: eventq
 #                        against call_soon_threadsafe + asyncio.Queue and
 #                        queue.Queue through an executor. BENCH_PY_ARGS
@@ -102,7 +105,7 @@ IPC_IOX_DIR := benches/ipc-iceoryx2
 IPC_WAKES_ARGS ?= 1000 8 1000
 IPC_WAKES_BIN  := $(BUILD)/bench-ipc/empty_wakes
 
-.PHONY: bench bench-blocking bench-peers bench-ipc bench-ipc-iceoryx2 bench-ipc-wakes bench-go \
+.PHONY: bench bench-blocking bench-peers bench-ipc bench-ipc-iceoryx2 bench-ipc-wakes bench-go bench-go-micro \
         bench-python
 
 # The prerequisites run first, in this order.
@@ -149,6 +152,9 @@ bench-ipc-iceoryx2: | need-cargo
 	  --target-dir $(BUILD)/ipc-iceoryx2 -- $(IPC_ICEORYX2_ARGS)
 
 bench-go: $(TEST_STAMP) | need-go
+	cd $(GO_DIR) && $(GO_ENV) $(GO) run ./internal/benchgo $(BENCH_GO_ARGS)
+
+bench-go-micro: $(TEST_STAMP) | need-go
 	cd $(GO_DIR) && $(GO_ENV) $(GO) test -run '^$$' -benchmem $(GO_BENCH_ARGS)
 
 bench-python: $(PY_VENV)/.installed $(TEST_STAMP)

@@ -45,6 +45,7 @@ define go_stage
   if [ -n "$$out" ]; then echo "gofmt -l: not formatted:" >&2; echo "$$out" >&2; exit 1; fi
 cd $(GO_DIR) && $(GO_ENV) $(GO) vet ./...
 cd $(GO_DIR) && $(GO_ENV) $(GO) test $(1) -count=1 -timeout $(GO_TIMEOUT) ./...
+cd $(GO_DIR) && $(GO_ENV) $(GO) run $(1) ./internal/benchgo -smoke
 @if $(GO_STATIC); then \
   echo 'cd $(GO_DIR) && $(GO) test $(1) -tags static ./...'; \
   cd $(GO_DIR) && $(GO_ENV) $(GO) test $(1) -count=1 -tags static -timeout $(GO_TIMEOUT) ./...; \
