@@ -123,6 +123,41 @@ fn a_refused_receiver_gets_an_edge_for_the_next_message() {
     });
 }
 
+/// The refusal's request is served by another holder of the doorbell lock
+/// (a receiving thread lowering the fd it emptied), which judges the queue
+/// while a message is there; that thread then takes it, and the next one
+/// comes while the fd is up and its lowering still a request. The refused
+/// receiver sees an empty queue, and only the edge its refusal asked for
+/// writes the fd (D9).
+#[test]
+fn a_refused_receiver_gets_an_edge_though_another_holder_served_its_request() {
+    model(|| {
+        let (tx, rx) = ends(4);
+        tx.send(b"1", Wait::Never).unwrap();
+        let taker_end = rx.clone();
+        let taker = thread::spawn(move || {
+            let _ = taker_end.recv(Wait::Never);
+            let _ = taker_end.recv(Wait::Never);
+        });
+        let sender = thread::spawn(move || {
+            tx.send(b"2", Wait::Never).unwrap();
+            tx.send(b"3", Wait::Never).unwrap();
+        });
+        let seen = rx.doorbell_writes().0;
+        let refused = matches!(rx.recv(Wait::Never), Err(Error::WouldBlock));
+        taker.join().unwrap();
+        sender.join().unwrap();
+        let s = rx.stats();
+        if refused && s.pending > 0 {
+            assert!(
+                rx.doorbell_writes().0 > seen,
+                "D9: a refused receiver got no event, with {s:?}"
+            );
+        }
+        assert_doorbells_match(&rx);
+    });
+}
+
 #[test]
 fn a_refused_sender_gets_an_edge_when_room_comes() {
     model(|| {
