@@ -19,6 +19,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"regexp"
 	"sort"
@@ -83,19 +84,43 @@ func Register(rs []Row, ts []Target) {
 
 // Ratio is a Target.Value: num's throughput over den's.
 func Ratio(num, den string) func(map[string]Result) float64 {
-	return func(rep map[string]Result) float64 { return div(rep[num].PerSec(), rep[den].PerSec()) }
+	return func(rep map[string]Result) float64 {
+		if !ran(rep, num, den) {
+			return math.NaN()
+		}
+		return div(rep[num].PerSec(), rep[den].PerSec())
+	}
 }
 
 // MetricRatio is a Target.Value: num's metric over den's (for latencies).
 func MetricRatio(num, den, metric string) func(map[string]Result) float64 {
 	return func(rep map[string]Result) float64 {
+		if !ran(rep, num, den) {
+			return math.NaN()
+		}
 		return div(rep[num].Metrics[metric], rep[den].Metrics[metric])
 	}
 }
 
 // Metric is a Target.Value: one row's metric.
 func Metric(row, metric string) func(map[string]Result) float64 {
-	return func(rep map[string]Result) float64 { return rep[row].Metrics[metric] }
+	return func(rep map[string]Result) float64 {
+		if !ran(rep, row) {
+			return math.NaN()
+		}
+		return rep[row].Metrics[metric]
+	}
+}
+
+// ran reports whether the repetition ran all these rows (-run may leave
+// out some rows of a group; a target on them is then not judged).
+func ran(rep map[string]Result, names ...string) bool {
+	for _, n := range names {
+		if _, ok := rep[n]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 func div(a, b float64) float64 {
@@ -189,13 +214,18 @@ func printTargets(sel []Row, results []map[string]Result) {
 		if !groups[t.Group] {
 			continue
 		}
+		var v []float64
+		for _, rep := range results {
+			if x := t.Value(rep); !math.IsNaN(x) {
+				v = append(v, x)
+			}
+		}
+		if len(v) == 0 {
+			continue // its rows were not run
+		}
 		if first {
 			fmt.Println("\ntargets (median, inter-quartile range of the per-repetition figures):")
 			first = false
-		}
-		var v []float64
-		for _, rep := range results {
-			v = append(v, t.Value(rep))
 		}
 		q := quartiles(v)
 		fmt.Printf("  %-9s %-58s %s %s (%s–%s), goal %s %s\n", verdict(q, t.Cmp, t.Goal), t.Name,
