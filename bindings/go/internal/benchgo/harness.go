@@ -10,7 +10,8 @@
 // every row alike. A target's figure is computed per repetition; it is
 // reported as the median with its inter-quartile range, and its verdict is
 // "met" only when the whole range meets the goal, "MISSED" when the whole
-// range misses it, and "unsettled" when the range straddles it.
+// range misses it, and "unsettled" when the range straddles it; a figure
+// with no goal (a comparison shown for information) is "reported".
 //
 // Rows live in the files of this package, one file per subject, each
 // registering its rows and targets from an init function (see Register).
@@ -61,7 +62,9 @@ type Row struct {
 }
 
 // Target is a goal on a figure computed from one repetition's results
-// (keyed by row name). Cmp is ">=" or "<=".
+// (keyed by row name). Cmp is ">=" or "<="; or "" for a figure that is
+// reported with its range but judged against no goal (a comparison worth
+// printing that promises nothing).
 type Target struct {
 	Group string
 	Name  string // what is promised, printed as is
@@ -228,6 +231,11 @@ func printTargets(sel []Row, results []map[string]Result) {
 			first = false
 		}
 		q := quartiles(v)
+		if t.Cmp == "" {
+			fmt.Printf("  %-9s %-58s %s %s (%s–%s)\n", "reported", t.Name,
+				short(q[1]), t.Unit, short(q[0]), short(q[2]))
+			continue
+		}
 		fmt.Printf("  %-9s %-58s %s %s (%s–%s), goal %s %s\n", verdict(q, t.Cmp, t.Goal), t.Name,
 			short(q[1]), t.Unit, short(q[0]), short(q[2]), t.Cmp, short(t.Goal))
 	}
