@@ -78,7 +78,8 @@
 #                        sending on a Go channel and a pipe read through an
 #                        *os.File; 1 and 4 threads in bursts, and p50/p99
 #                        latency of one thread sending every 200 µs. Group
-#                        gochan: goroutine to goroutine. About a minute.
+#                        gochan: goroutine to goroutine. cthread takes
+#                        about 45 s.
 #                        BENCH_GO_ARGS: -reps N, -min DURATION, -run REGEXP
 #                        (a group or row, e.g. -run cthread).
 #   make bench-go-micro  go test benchmarks (bindings/go/bench_test.go).
