@@ -36,7 +36,7 @@
 #include <sys/types.h>
 
 #define EVENTQ_VERSION_MAJOR 0
-#define EVENTQ_VERSION_MINOR 2
+#define EVENTQ_VERSION_MINOR 3
 #define EVENTQ_VERSION_PATCH 0
 /* eventq_version() returns this: (major << 16) | (minor << 8) | patch. */
 #define EVENTQ_VERSION ((EVENTQ_VERSION_MAJOR << 16) | (EVENTQ_VERSION_MINOR << 8) | EVENTQ_VERSION_PATCH)

@@ -70,8 +70,18 @@
 #                        IPC_WAKES_ARGS: N SIZE GAP_US (default 1000 8 1000).
 #   make bench-go        the Go binding against what a Go program would use
 #                        instead (bindings/go/internal/benchgo), each target
-#                        met, MISSED or unsettled. BENCH_GO_ARGS: -reps N,
-#                        -min DURATION, -run REGEXP.
+#                        met, MISSED or unsettled (on the inter-quartile
+#                        range of its per-repetition figures), some figures
+#                        only reported. Group cthread: C threads (made by C)
+#                        into a goroutine through libeventq (Recv, RecvInto,
+#                        RecvBatchInto) against an //export Go function
+#                        sending on a Go channel and a pipe read through an
+#                        *os.File; 1 and 4 threads in bursts, and p50/p99
+#                        latency of one thread sending every 200 µs. Group
+#                        gochan: goroutine to goroutine. cthread takes
+#                        about 45 s.
+#                        BENCH_GO_ARGS: -reps N, -min DURATION, -run REGEXP
+#                        (a group or row, e.g. -run cthread).
 #   make bench-go-micro  go test benchmarks (bindings/go/bench_test.go).
 #                        GO_BENCH_ARGS (default -bench . -count 5).
 #   make bench-python    thread-to-asyncio hand-off of small messages: eventq

@@ -3,8 +3,12 @@
 # stages, against the test install in build/prefix.
 #
 #   stage go       gofmt, go vet, go test -race (and -race -tags static
-#                  when a file has that build tag)
-#   stage go-unit  gofmt, go vet, go test without -race (make check)
+#                  when a file has that build tag), bench-go once with
+#                  -smoke, and scripts/check-go-build.sh: the builds that
+#                  must fail say why (CGO_ENABLED=0 names cgo and
+#                  libeventq; an eventq.h of 0.2 stops at eventq_go.h's
+#                  #error naming the version found and the one needed)
+#   stage go-unit  the same without -race (make check)
 #   stage python   a venv in build/py-venv (python3 -m venv; pip installs
 #                  cffi, pytest, pytest-timeout, trio (the README's trio
 #                  example) from PyPI and bindings/python from the tree),
@@ -46,6 +50,8 @@ define go_stage
 cd $(GO_DIR) && $(GO_ENV) $(GO) vet ./...
 cd $(GO_DIR) && $(GO_ENV) $(GO) test $(1) -count=1 -timeout $(GO_TIMEOUT) ./...
 cd $(GO_DIR) && $(GO_ENV) $(GO) run $(1) ./internal/benchgo -smoke
+$(GO_ENV) GO="$(GO)" scripts/check-go-build.sh $(GO_DIR) $(TEST_PREFIX) $(BUILD)/check-go-build \
+  $$(if $(GO_STATIC); then echo static; fi)
 @if $(GO_STATIC); then \
   echo 'cd $(GO_DIR) && $(GO) test $(1) -tags static ./...'; \
   cd $(GO_DIR) && $(GO_ENV) $(GO) test $(1) -count=1 -tags static -timeout $(GO_TIMEOUT) ./...; \

@@ -10,4 +10,5 @@ package eventq
 
 // #cgo pkg-config: --static eventq
 // #cgo LDFLAGS: -l:libeventq.a -Wl,--as-needed
+// #include "eventq_go.h"
 import "C"

@@ -10,7 +10,8 @@
 // every row alike. A target's figure is computed per repetition; it is
 // reported as the median with its inter-quartile range, and its verdict is
 // "met" only when the whole range meets the goal, "MISSED" when the whole
-// range misses it, and "unsettled" when the range straddles it.
+// range misses it, and "unsettled" when the range straddles it; a figure
+// with no goal (a comparison shown for information) is "reported".
 //
 // Rows live in the files of this package, one file per subject, each
 // registering its rows and targets from an init function (see Register).
@@ -19,6 +20,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"regexp"
 	"sort"
@@ -60,7 +62,9 @@ type Row struct {
 }
 
 // Target is a goal on a figure computed from one repetition's results
-// (keyed by row name). Cmp is ">=" or "<=".
+// (keyed by row name). Cmp is ">=" or "<="; or "" for a figure that is
+// reported with its range but judged against no goal (a comparison worth
+// printing that promises nothing).
 type Target struct {
 	Group string
 	Name  string // what is promised, printed as is
@@ -83,19 +87,43 @@ func Register(rs []Row, ts []Target) {
 
 // Ratio is a Target.Value: num's throughput over den's.
 func Ratio(num, den string) func(map[string]Result) float64 {
-	return func(rep map[string]Result) float64 { return div(rep[num].PerSec(), rep[den].PerSec()) }
+	return func(rep map[string]Result) float64 {
+		if !ran(rep, num, den) {
+			return math.NaN()
+		}
+		return div(rep[num].PerSec(), rep[den].PerSec())
+	}
 }
 
 // MetricRatio is a Target.Value: num's metric over den's (for latencies).
 func MetricRatio(num, den, metric string) func(map[string]Result) float64 {
 	return func(rep map[string]Result) float64 {
+		if !ran(rep, num, den) {
+			return math.NaN()
+		}
 		return div(rep[num].Metrics[metric], rep[den].Metrics[metric])
 	}
 }
 
 // Metric is a Target.Value: one row's metric.
 func Metric(row, metric string) func(map[string]Result) float64 {
-	return func(rep map[string]Result) float64 { return rep[row].Metrics[metric] }
+	return func(rep map[string]Result) float64 {
+		if !ran(rep, row) {
+			return math.NaN()
+		}
+		return rep[row].Metrics[metric]
+	}
+}
+
+// ran reports whether the repetition ran all these rows (-run may leave
+// out some rows of a group; a target on them is then not judged).
+func ran(rep map[string]Result, names ...string) bool {
+	for _, n := range names {
+		if _, ok := rep[n]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 func div(a, b float64) float64 {
@@ -189,15 +217,25 @@ func printTargets(sel []Row, results []map[string]Result) {
 		if !groups[t.Group] {
 			continue
 		}
+		var v []float64
+		for _, rep := range results {
+			if x := t.Value(rep); !math.IsNaN(x) {
+				v = append(v, x)
+			}
+		}
+		if len(v) == 0 {
+			continue // its rows were not run
+		}
 		if first {
 			fmt.Println("\ntargets (median, inter-quartile range of the per-repetition figures):")
 			first = false
 		}
-		var v []float64
-		for _, rep := range results {
-			v = append(v, t.Value(rep))
-		}
 		q := quartiles(v)
+		if t.Cmp == "" {
+			fmt.Printf("  %-9s %-58s %s %s (%s–%s)\n", "reported", t.Name,
+				short(q[1]), t.Unit, short(q[0]), short(q[2]))
+			continue
+		}
 		fmt.Printf("  %-9s %-58s %s %s (%s–%s), goal %s %s\n", verdict(q, t.Cmp, t.Goal), t.Name,
 			short(q[1]), t.Unit, short(q[0]), short(q[2]), t.Cmp, short(t.Goal))
 	}
