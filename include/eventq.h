@@ -175,7 +175,7 @@
 #define EVENTQ_MEMCG_PRESSURE 3
 
 /**
- * A PSI trigger fired (once per wake-up).
+ * A PSI trigger fired (count 1: the kernel keeps a firing as a flag).
  */
 #define EVENTQ_MEMCG_PSI 4
 
@@ -226,7 +226,8 @@ typedef struct eventq_memcg eventq_memcg;
  * One registration with the kernel (a threshold, OOM, pressure-level or
  * PSI trigger, or a counters file), made by an `eventq_memcg_watch_*`
  * call. `eventq_loop_add_memcg` takes it over; one never added is freed
- * with `eventq_memcg_watch_free`, which unregisters it.
+ * with `eventq_memcg_watch_free`, which unregisters it. Without a loop,
+ * poll `eventq_memcg_watch_fd` and read with `eventq_memcg_watch_read`.
  */
 typedef struct eventq_memcg_watch eventq_memcg_watch;
 
@@ -402,8 +403,10 @@ typedef struct eventq_memcg_delta {
 } eventq_memcg_delta;
 
 /**
- * What a memory source reports; valid during the callback only. Fields
- * that do not apply to `kind` are 0 / NULL.
+ * What a memory source reports: valid during the callback only, or, from
+ * `eventq_memcg_watch_read`, until the next read of the watch or its
+ * free. Fields that do not apply to `kind` are 0 / NULL. The library
+ * allocates it (later versions may add fields at the end).
  */
 typedef struct eventq_memcg_event {
   /**
@@ -1151,8 +1154,9 @@ int eventq_memcg_watch_pressure_level(const struct eventq_memcg *cg,
  * stall of at least stall_us within any window_us (500000..10000000), on
  * the cgroup's cgroup2 memory.pressure, or system-wide
  * (/proc/pressure/memory) when cg is NULL. One event (EVENTQ_MEMCG_PSI)
- * per POLLPRI wake-up (the kernel fires a trigger at most once per
- * window); when the cgroup is removed (POLLERR), EVENTQ_MEMCG_REMOVED.
+ * per firing (the kernel fires a trigger at most once per window, and
+ * keeps an unread firing as a flag: firings not yet read are one event);
+ * when the cgroup is removed (POLLERR), EVENTQ_MEMCG_REMOVED.
  * Writes the watch to `*out`.
  *
  * Returns 0; -EINVAL for NULL out, an unknown kind, a window outside
@@ -1213,6 +1217,62 @@ int eventq_memcg_watch_counters(const struct eventq_memcg *cg,
  * Thread safety: not while other threads use the watch.
  */
 void eventq_memcg_watch_free(struct eventq_memcg_watch *watch);
+
+/**
+ * The fd to wait on for the watch's events without a loop, with poll,
+ * epoll or any event loop (Go's netpoller, asyncio): readable (POLLIN,
+ * EVENTQ_IN) while the watch has something to read; then call
+ * `eventq_memcg_watch_read` with the flags the poll reported. It is an
+ * eventfd (cgroup v1 watches), an epoll of the counters file and an
+ * inotify (counters), or an epoll holding the PSI trigger's file (PSI:
+ * the kernel signals a trigger with POLLPRI only, which some pollers
+ * never ask for). The fd belongs to the watch: poll it, never read,
+ * write or close it. It is closed when the watch is freed (by
+ * `eventq_memcg_watch_free`, or by its source after
+ * `eventq_loop_add_memcg`).
+ *
+ * PSI: the kernel keeps a firing as a flag that the first poll of the
+ * trigger's file clears, and polling this fd polls that file, so the poll
+ * that reports this fd readable took the firing: pass its flags to the
+ * next `eventq_memcg_watch_read`, which reports the firing for
+ * EVENTQ_IN. A poll report that never reaches a read is a firing lost,
+ * and so is a firing pending when this fd is added to an epoll (the
+ * kernel's check at EPOLL_CTL_ADD takes it and reports it to no one):
+ * read once before adding it, then keep it added. The kernel also wakes
+ * a cgroup trigger's pollers when another trigger on the same cgroup's
+ * memory.pressure fires; such a wake-up does not report the fd readable.
+ *
+ * Returns the fd (>= 0); -EINVAL for NULL watch.
+ *
+ * Thread safety: any thread.
+ */
+int eventq_memcg_watch_fd(const struct eventq_memcg_watch *watch);
+
+/**
+ * Reads the watch's pending event without waiting, the read a loop makes
+ * for a memory source: the same `eventq_memcg_event` its callback gets
+ * (count, deltas, spec, ...). `revents` are the flags a poll of
+ * `eventq_memcg_watch_fd` reported just before, or 0 without one: only a
+ * PSI watch uses them (EVENTQ_IN in them is the trigger's firing, which
+ * that poll took from the kernel; see `eventq_memcg_watch_fd`); other
+ * flags are ignored. Pass each poll's flags to one read. On success
+ * `*out` points to the event, owned by the watch and valid until its next
+ * read or its free; on failure `*out` is untouched. After
+ * EVENTQ_MEMCG_REMOVED, the last event of a watch, every read fails with
+ * -ENOENT (the fd may stay readable: stop polling it).
+ *
+ * Returns 0; -EAGAIN if nothing is pending (nothing happened, or a
+ * wake-up that carried nothing: a counters file re-read unchanged); -ENOENT
+ * once the watch reported EVENTQ_MEMCG_REMOVED; -EINVAL for NULL watch or
+ * out; the errno of a failed read of its fd or control file (-EIO, ...).
+ *
+ * Thread safety: one thread at a time per watch (not concurrently with
+ * another read of it, with `eventq_memcg_watch_free`, or once
+ * `eventq_loop_add_memcg` took it over).
+ */
+int eventq_memcg_watch_read(struct eventq_memcg_watch *watch,
+                            uint32_t revents,
+                            const struct eventq_memcg_event **out);
 
 /**
  * Adds `watch` to the loop as a source: `cb` runs once per event of the

@@ -433,3 +433,51 @@ fn a_watch_can_be_polled_by_another_loop() {
         "nothing after the removal"
     );
 }
+
+/// A watch needs no loop: `wait` blocks the calling thread until its next
+/// event (here a counters watch seeing its cgroup go, removed while another
+/// thread waits), `AsFd` is its fd, and after the removal `wait` says
+/// ENOENT. A PSI watch's `read` takes `EPOLLIN` from a caller's poll as the
+/// firing that poll took from the kernel.
+#[test]
+fn a_watch_waits_without_a_loop() {
+    use std::os::fd::AsFd;
+    if Path::new("/proc/pressure/memory").exists() {
+        let trig = PsiTrigger::full(Duration::from_secs(10), Duration::from_secs(10));
+        let mut w = Watch::psi(None, trig).unwrap();
+        assert_eq!(w.as_fd().as_raw_fd(), w.fd().as_raw_fd());
+        assert_eq!(w.interest(), events::IN);
+        // A full stall of 10 s in a 10 s window: nothing here comes near it.
+        assert_eq!(w.wait(Some(Duration::ZERO)).unwrap(), None);
+        assert_eq!(w.read(0).unwrap(), None);
+        assert_eq!(
+            w.read(events::IN).unwrap(),
+            Some(MemEvent::Psi { trigger: trig }),
+            "EPOLLIN is the firing the caller's poll took"
+        );
+        assert_eq!(w.read(0).unwrap(), None);
+    } else {
+        say("PSI part skipped: no /proc/pressure/memory");
+    }
+    let Some(own) = own() else { return };
+    let Some(v2) = own.v2_dir() else {
+        return say("SKIP: cgroup2 is not mounted");
+    };
+    let child = match TempCgroup::new(v2) {
+        Ok(c) => c,
+        Err(why) => return say(&format!("SKIP: {why}")),
+    };
+    let mut w = Watch::counters(&Cgroup::at(&child.0).unwrap(), "cgroup.events").unwrap();
+    assert_eq!(w.wait(Some(Duration::ZERO)).unwrap(), None, "nothing yet");
+    let waiter = std::thread::spawn(move || {
+        let ev = w.wait(None);
+        (w, ev)
+    });
+    fs::remove_dir(&child.0).unwrap();
+    let (mut w, ev) = waiter.join().unwrap();
+    assert_eq!(ev.unwrap(), Some(MemEvent::Removed { count: 0 }));
+    let e = w.wait(None).unwrap_err();
+    assert_eq!(e.errno(), libc::ENOENT, "{e}");
+    assert!(e.to_string().contains("was removed"), "{e}");
+    assert_eq!(w.read(events::IN).unwrap(), None);
+}

@@ -147,13 +147,14 @@ const (
 	MemOOM MemcgKind = C.EVENTQ_MEMCG_OOM
 	// MemPressure: memory.pressure_level notified Count times (cgroup v1).
 	MemPressure MemcgKind = C.EVENTQ_MEMCG_PRESSURE
-	// MemPSI: a PSI trigger fired (one call per wake-up).
+	// MemPSI: a PSI trigger fired (Count 1: the kernel keeps a firing as a
+	// flag, so firings not yet read are one event).
 	MemPSI MemcgKind = C.EVENTQ_MEMCG_PSI
 	// MemChanged: counters of a flat-keyed file (memory.events) changed;
 	// see Deltas.
 	MemChanged MemcgKind = C.EVENTQ_MEMCG_CHANGED
-	// MemRemoved: the cgroup was removed; the source is disabled after
-	// this call.
+	// MemRemoved: the cgroup was removed: the watch's last event (a loop
+	// source is disabled after this call; Next returns ErrWatchEnded).
 	MemRemoved MemcgKind = C.EVENTQ_MEMCG_REMOVED
 )
 
@@ -233,8 +234,9 @@ type MemcgDelta struct {
 	Delta int64  // its change since the previous read
 }
 
-// MemcgEvent is what a memory source reported; the callback may keep it.
-// Fields that do not apply to Kind are zero.
+// MemcgEvent is what a memory watch reported, to a Loop callback or from
+// Next; it is Go memory, the receiver may keep it. Fields that do not
+// apply to Kind are zero.
 type MemcgEvent struct {
 	Kind MemcgKind
 	// Count is the kernel's notifications since the last call for cgroup
@@ -293,15 +295,20 @@ func memcgEventOf(ev *C.eventq_memcg_event) *MemcgEvent {
 // MemcgWatch is one registration with the kernel: a cgroup v1 threshold,
 // OOM or pressure-level notifier, a PSI trigger, or a cgroup2 counters
 // file; made by WatchThreshold, WatchOOM, WatchPressureLevel, WatchPSI,
-// WatchMemoryEvents or WatchCounters. Loop.AddMemcg takes it over; Close
-// one that is never added (a finalizer does, as a backstop), which
-// unregisters it.
+// WatchMemoryEvents or WatchCounters. Wait for its events with Next or
+// Events, in Go's netpoller, or hand it to a Loop with Loop.AddMemcg, which
+// takes it over: one or the other. Close it when done (a finalizer does,
+// as a backstop), which unregisters it; a watch added to a loop is closed
+// with its source.
 type MemcgWatch struct {
-	mu  sync.Mutex
-	ptr *C.eventq_memcg_watch // nil once added or closed
+	mu     sync.Mutex
+	ptr    *C.eventq_memcg_watch // nil once added, closed or handed to its pump
+	pump   *memcgPump            // set by the first Next
+	closed bool
 }
 
-// take hands the C watch to the caller, once; nil after that.
+// take hands the C watch to the caller, once; nil after that, and once
+// Next started the watch's pump.
 func (w *MemcgWatch) take() *C.eventq_memcg_watch {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -310,13 +317,12 @@ func (w *MemcgWatch) take() *C.eventq_memcg_watch {
 	return p
 }
 
-// Close frees a watch that was not added to a loop; a watch that was, or a
-// second Close, does nothing.
+// Close unregisters the watch and frees it: goroutines waiting in Next
+// wake with ErrWatchClosed, and the goroutine and fd that Next started are
+// gone when Close returns. A watch added to a loop (its source owns it
+// now), or a second Close, does nothing.
 func (w *MemcgWatch) Close() error {
-	if p := w.take(); p != nil {
-		runtime.SetFinalizer(w, nil)
-		C.eventq_memcg_watch_free(p)
-	}
+	w.closeWatch()
 	return nil
 }
 
@@ -376,6 +382,16 @@ func WatchPressureLevel(cg *Cgroup, level PressureLevel, mode PressureMode) (*Me
 // WatchPSI is PSI trigger t on the cgroup's cgroup2 memory.pressure, or
 // system-wide (/proc/pressure/memory) when cg is nil: a MemPSI event each
 // time it fires (at most once per window).
+//
+// Next waits for it in the netpoller like any other watch, although the
+// kernel signals a trigger with POLLPRI, which the netpoller never asks
+// for: the library polls the trigger's file from an epoll, which is
+// readable when the trigger fired. The kernel clears a firing at the first
+// poll of that file, which is then the netpoller's, so the watch reads the
+// firing from the netpoller's report: its goroutine stays waiting for the
+// watch's life, and no report is lost (see Next). A cgroup's triggers
+// share the cgroup file's wake-ups in the kernel; one woken by another
+// trigger's firing reports nothing.
 func WatchPSI(cg *Cgroup, t PSITrigger) (*MemcgWatch, error) {
 	op := "PSI trigger " + t.String()
 	if t.Stall < 0 || t.Window < 0 {
@@ -415,7 +431,9 @@ func WatchCounters(cg *Cgroup, file string) (*MemcgWatch, error) {
 // per event of the watch, with a *MemcgEvent copied into Go memory. When
 // the cgroup is removed fn gets MemRemoved once and the source is disabled.
 // AddMemcg takes w over, also when it fails: w needs no Close, and cannot
-// be added again (ErrWatchUsed).
+// be added again (ErrWatchUsed). A program without a loop needs none:
+// MemcgWatch.Next waits in Go's netpoller. A watch closed, or one that
+// Next started, cannot be added (ErrWatchUsed).
 func (l *Loop) AddMemcg(w *MemcgWatch, fn MemcgFunc) (*Source, error) {
 	if w == nil {
 		return nil, syscall.EINVAL

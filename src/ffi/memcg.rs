@@ -8,8 +8,14 @@
 //! every other add (`add_source`): the same `eventq_source` handle, the same
 //! rules for userdata, destroy and `out`, the same removal guarantees (D8).
 //! The loop disables the source after it reported its cgroup's removal.
+//!
+//! Without a loop, `eventq_memcg_watch_fd` is the fd to poll and
+//! `eventq_memcg_watch_read` reads an event through `Watch::read`, the
+//! loop's own read; both hand out the same `eventq_memcg_event`, made by
+//! `c_event`.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString, OsStr};
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::ptr;
@@ -20,7 +26,7 @@ use super::event_loop::{
 };
 use super::{
     borrow, boundary, einval, ensure, free_box, out_new_handle, out_ref, take_box, to_code, try_c,
-    Handle, OwnershipBox, PANIC,
+    write_out, Handle, OwnershipBox, PANIC,
 };
 use crate::event_loop::{Event, NewSource};
 use crate::memcg::{Cgroup, Level, MemEvent, Mode, PsiTrigger, Watch};
@@ -37,8 +43,26 @@ impl Handle for eventq_memcg {
 /// One registration with the kernel (a threshold, OOM, pressure-level or
 /// PSI trigger, or a counters file), made by an `eventq_memcg_watch_*`
 /// call. `eventq_loop_add_memcg` takes it over; one never added is freed
-/// with `eventq_memcg_watch_free`, which unregisters it.
-pub struct eventq_memcg_watch(Watch);
+/// with `eventq_memcg_watch_free`, which unregisters it. Without a loop,
+/// poll `eventq_memcg_watch_fd` and read with `eventq_memcg_watch_read`.
+pub struct eventq_memcg_watch {
+    watch: Watch,
+    /// What `eventq_memcg_event.spec` points to.
+    spec: CString,
+    /// The event the last `eventq_memcg_watch_read` handed out, kept until
+    /// the next read or the free (its pointers point into it and `spec`).
+    last: Option<Box<CEvent>>,
+}
+
+impl eventq_memcg_watch {
+    fn new(watch: Watch) -> eventq_memcg_watch {
+        eventq_memcg_watch {
+            spec: CString::new(watch.spec()).unwrap_or_default(),
+            watch,
+            last: None,
+        }
+    }
+}
 
 impl Handle for eventq_memcg_watch {
     type Ownership = OwnershipBox;
@@ -73,7 +97,7 @@ pub const EVENTQ_MEMCG_THRESHOLD: u32 = 1;
 pub const EVENTQ_MEMCG_OOM: u32 = 2;
 /// memory.pressure_level notified (count times).
 pub const EVENTQ_MEMCG_PRESSURE: u32 = 3;
-/// A PSI trigger fired (once per wake-up).
+/// A PSI trigger fired (count 1: the kernel keeps a firing as a flag).
 pub const EVENTQ_MEMCG_PSI: u32 = 4;
 /// Counters of a flat-keyed file (memory.events) changed: see deltas.
 pub const EVENTQ_MEMCG_CHANGED: u32 = 5;
@@ -91,8 +115,10 @@ pub struct eventq_memcg_delta {
     pub delta: i64,
 }
 
-/// What a memory source reports; valid during the callback only. Fields
-/// that do not apply to `kind` are 0 / NULL.
+/// What a memory source reports: valid during the callback only, or, from
+/// `eventq_memcg_watch_read`, until the next read of the watch or its
+/// free. Fields that do not apply to `kind` are 0 / NULL. The library
+/// allocates it (later versions may add fields at the end).
 #[repr(C)]
 pub struct eventq_memcg_event {
     /// EVENTQ_MEMCG_THRESHOLD, _OOM, _PRESSURE, _PSI, _CHANGED or _REMOVED.
@@ -143,6 +169,14 @@ fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
+/// An `eventq_memcg_event` with the storage its delta pointers point into
+/// (moving it moves no heap buffer, so the pointers stay valid).
+struct CEvent {
+    ev: eventq_memcg_event,
+    _names: Vec<CString>,
+    _deltas: Vec<eventq_memcg_delta>,
+}
+
 /// Calls `cb` with `ev` as an `eventq_memcg_event` (whose pointers are
 /// valid during the call).
 fn call_back(
@@ -152,6 +186,13 @@ fn call_back(
     spec: &CStr,
     ev: &MemEvent,
 ) -> c_int {
+    let c = c_event(spec, ev);
+    cb(src, &c.ev, userdata)
+}
+
+/// `ev` as the C event, with `spec` (which must outlive it) as its spec:
+/// what a loop callback gets and what `eventq_memcg_watch_read` hands out.
+fn c_event(spec: &CStr, ev: &MemEvent) -> CEvent {
     let mut c = eventq_memcg_event {
         kind: 0,
         count: 0,
@@ -228,7 +269,22 @@ fn call_back(
             c.count = count;
         }
     }
-    cb(src, &c, userdata)
+    CEvent {
+        ev: c,
+        _names: names,
+        _deltas: deltas,
+    }
+}
+
+/// The watch behind a handle, to read it; -EINVAL for NULL.
+///
+/// # Safety
+/// `w` is NULL or a live watch handle (neither added nor freed) that no
+/// other thread uses during `'a`.
+unsafe fn watch_mut<'a>(w: *mut eventq_memcg_watch) -> Result<&'a mut eventq_memcg_watch, c_int> {
+    // SAFETY: a non-NULL w is a live handle that nothing else uses for 'a
+    // (this function's contract).
+    unsafe { w.as_mut() }.ok_or(-libc::EINVAL)
 }
 
 /// The cgroup behind a handle; -EINVAL for NULL.
@@ -421,7 +477,7 @@ pub extern "C" fn eventq_memcg_watch_threshold(
         ensure!(!out.is_null());
         // SAFETY: out is non-NULL (checked) and points to a handle pointer
         // (header).
-        unsafe { out_new_handle_of(out, Watch::threshold(cg, bytes), eventq_memcg_watch) }
+        unsafe { out_new_handle_of(out, Watch::threshold(cg, bytes), eventq_memcg_watch::new) }
     })
 }
 
@@ -447,7 +503,7 @@ pub extern "C" fn eventq_memcg_watch_oom(
         ensure!(!out.is_null());
         // SAFETY: out is non-NULL (checked) and points to a handle pointer
         // (header).
-        unsafe { out_new_handle_of(out, Watch::oom(cg), eventq_memcg_watch) }
+        unsafe { out_new_handle_of(out, Watch::oom(cg), eventq_memcg_watch::new) }
     })
 }
 
@@ -483,7 +539,7 @@ pub extern "C" fn eventq_memcg_watch_pressure_level(
             out_new_handle_of(
                 out,
                 Watch::pressure_level(cg, level, mode),
-                eventq_memcg_watch,
+                eventq_memcg_watch::new,
             )
         }
     })
@@ -493,8 +549,9 @@ pub extern "C" fn eventq_memcg_watch_pressure_level(
 /// stall of at least stall_us within any window_us (500000..10000000), on
 /// the cgroup's cgroup2 memory.pressure, or system-wide
 /// (/proc/pressure/memory) when cg is NULL. One event (EVENTQ_MEMCG_PSI)
-/// per POLLPRI wake-up (the kernel fires a trigger at most once per
-/// window); when the cgroup is removed (POLLERR), EVENTQ_MEMCG_REMOVED.
+/// per firing (the kernel fires a trigger at most once per window, and
+/// keeps an unread firing as a flag: firings not yet read are one event);
+/// when the cgroup is removed (POLLERR), EVENTQ_MEMCG_REMOVED.
 /// Writes the watch to `*out`.
 ///
 /// Returns 0; -EINVAL for NULL out, an unknown kind, a window outside
@@ -531,7 +588,7 @@ pub extern "C" fn eventq_memcg_watch_psi(
         };
         // SAFETY: out is non-NULL (checked) and points to a handle pointer
         // (header).
-        unsafe { out_new_handle_of(out, Watch::psi(cg, trigger), eventq_memcg_watch) }
+        unsafe { out_new_handle_of(out, Watch::psi(cg, trigger), eventq_memcg_watch::new) }
     })
 }
 
@@ -557,7 +614,7 @@ pub extern "C" fn eventq_memcg_watch_events(
         ensure!(!out.is_null());
         // SAFETY: out is non-NULL (checked) and points to a handle pointer
         // (header).
-        unsafe { out_new_handle_of(out, Watch::memory_events(cg), eventq_memcg_watch) }
+        unsafe { out_new_handle_of(out, Watch::memory_events(cg), eventq_memcg_watch::new) }
     })
 }
 
@@ -590,7 +647,7 @@ pub extern "C" fn eventq_memcg_watch_counters(
         ensure!(!out.is_null());
         // SAFETY: out is non-NULL (checked) and points to a handle pointer
         // (header).
-        unsafe { out_new_handle_of(out, Watch::counters(cg, name), eventq_memcg_watch) }
+        unsafe { out_new_handle_of(out, Watch::counters(cg, name), eventq_memcg_watch::new) }
     })
 }
 
@@ -605,6 +662,90 @@ pub extern "C" fn eventq_memcg_watch_free(watch: *mut eventq_memcg_watch) {
         // SAFETY: watch is NULL or a watch from an eventq_memcg_watch_*
         // call, neither added nor freed, given up here (header).
         unsafe { free_box(watch) }
+    })
+}
+
+/// The fd to wait on for the watch's events without a loop, with poll,
+/// epoll or any event loop (Go's netpoller, asyncio): readable (POLLIN,
+/// EVENTQ_IN) while the watch has something to read; then call
+/// `eventq_memcg_watch_read` with the flags the poll reported. It is an
+/// eventfd (cgroup v1 watches), an epoll of the counters file and an
+/// inotify (counters), or an epoll holding the PSI trigger's file (PSI:
+/// the kernel signals a trigger with POLLPRI only, which some pollers
+/// never ask for). The fd belongs to the watch: poll it, never read,
+/// write or close it. It is closed when the watch is freed (by
+/// `eventq_memcg_watch_free`, or by its source after
+/// `eventq_loop_add_memcg`).
+///
+/// PSI: the kernel keeps a firing as a flag that the first poll of the
+/// trigger's file clears, and polling this fd polls that file, so the poll
+/// that reports this fd readable took the firing: pass its flags to the
+/// next `eventq_memcg_watch_read`, which reports the firing for
+/// EVENTQ_IN. A poll report that never reaches a read is a firing lost,
+/// and so is a firing pending when this fd is added to an epoll (the
+/// kernel's check at EPOLL_CTL_ADD takes it and reports it to no one):
+/// read once before adding it, then keep it added. The kernel also wakes
+/// a cgroup trigger's pollers when another trigger on the same cgroup's
+/// memory.pressure fires; such a wake-up does not report the fd readable.
+///
+/// Returns the fd (>= 0); -EINVAL for NULL watch.
+///
+/// Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn eventq_memcg_watch_fd(watch: *const eventq_memcg_watch) -> c_int {
+    boundary!(PANIC, {
+        // SAFETY: watch is NULL or a watch from an eventq_memcg_watch_* call,
+        // neither added nor freed (header).
+        let w = try_c!(unsafe { borrow(watch) });
+        w.watch.fd().as_raw_fd()
+    })
+}
+
+/// Reads the watch's pending event without waiting, the read a loop makes
+/// for a memory source: the same `eventq_memcg_event` its callback gets
+/// (count, deltas, spec, ...). `revents` are the flags a poll of
+/// `eventq_memcg_watch_fd` reported just before, or 0 without one: only a
+/// PSI watch uses them (EVENTQ_IN in them is the trigger's firing, which
+/// that poll took from the kernel; see `eventq_memcg_watch_fd`); other
+/// flags are ignored. Pass each poll's flags to one read. On success
+/// `*out` points to the event, owned by the watch and valid until its next
+/// read or its free; on failure `*out` is untouched. After
+/// EVENTQ_MEMCG_REMOVED, the last event of a watch, every read fails with
+/// -ENOENT (the fd may stay readable: stop polling it).
+///
+/// Returns 0; -EAGAIN if nothing is pending (nothing happened, or a
+/// wake-up that carried nothing: a counters file re-read unchanged); -ENOENT
+/// once the watch reported EVENTQ_MEMCG_REMOVED; -EINVAL for NULL watch or
+/// out; the errno of a failed read of its fd or control file (-EIO, ...).
+///
+/// Thread safety: one thread at a time per watch (not concurrently with
+/// another read of it, with `eventq_memcg_watch_free`, or once
+/// `eventq_loop_add_memcg` took it over).
+#[no_mangle]
+pub extern "C" fn eventq_memcg_watch_read(
+    watch: *mut eventq_memcg_watch,
+    revents: u32,
+    out: *mut *const eventq_memcg_event,
+) -> c_int {
+    boundary!(PANIC, {
+        // SAFETY: watch is NULL or a watch from an eventq_memcg_watch_*
+        // call, neither added nor freed, read by one thread at a time
+        // (header).
+        let w = try_c!(unsafe { watch_mut(watch) });
+        ensure!(!out.is_null());
+        if w.watch.is_removed() {
+            return -libc::ENOENT;
+        }
+        let ev = match w.watch.read(revents) {
+            Ok(Some(ev)) => ev,
+            Ok(None) => return -libc::EAGAIN,
+            Err(e) => return to_code(&e),
+        };
+        let c = w.last.insert(Box::new(c_event(&w.spec, &ev)));
+        // SAFETY: out is non-NULL (checked) and points to an event pointer
+        // (header); the event lives in the watch until its next read or free.
+        unsafe { write_out(out, ptr::from_ref(&c.ev)) };
+        0
     })
 }
 
@@ -645,8 +786,7 @@ pub extern "C" fn eventq_loop_add_memcg(
         let (Some(watch), Some(cb)) = (watch, cb) else {
             return -libc::EINVAL;
         };
-        let watch = watch.0;
-        let spec = CString::new(watch.spec()).unwrap_or_default();
+        let eventq_memcg_watch { watch, spec, .. } = *watch;
         let on_event = move |src, ud, ev: Event<'_>| match ev {
             Event::Memory(m) => status(call_back(cb, src, ud, &spec, &m)),
             _ => Ok(()),

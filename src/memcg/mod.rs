@@ -19,8 +19,10 @@
 //! `pressure_level`, `psi`, `memory_events` or `counters`.
 //! [`Loop::add_watch`](crate::Loop::add_watch) makes it a source whose
 //! callback gets each [`MemEvent`] as `Event::Memory`; the loop disables the
-//! source after it reported its cgroup's removal. A watch can also be
-//! polled by any other event loop (`fd`, `interest`, `read`).
+//! source after it reported its cgroup's removal. A watch needs no loop:
+//! [`Watch::wait`] waits on the calling thread, and any other event loop
+//! polls its fd (`fd`, `AsFd`) for `POLLIN` and calls `read` with the poll's
+//! flags, the read the loop makes too.
 //!
 //! Errors are the crate's [`Error`], each with its errno and a
 //! message naming the file or setting at fault: no such cgroup (`ENOENT`),

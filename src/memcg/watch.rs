@@ -8,7 +8,7 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{invalid, no_cgroup, no_controller, no_psi, os_error, Cgroup};
 use crate::error::{Error, Result};
@@ -19,6 +19,7 @@ use crate::sys::{self, Epoll, EventFd};
 const EPOLLIN: u32 = libc::EPOLLIN as u32;
 const EPOLLPRI: u32 = libc::EPOLLPRI as u32;
 const EPOLLERR: u32 = libc::EPOLLERR as u32;
+const EPOLLHUP: u32 = libc::EPOLLHUP as u32;
 
 /// The system-wide PSI file, used when a PSI trigger has no cgroup.
 pub const SYSTEM_PSI: &str = "/proc/pressure/memory";
@@ -162,8 +163,9 @@ pub enum MemEvent {
         level: Level,
         mode: Mode,
     },
-    /// A PSI trigger fired (one per `POLLPRI` wake-up; the kernel fires a
-    /// trigger at most once per window).
+    /// A PSI trigger fired (the kernel fires a trigger at most once per
+    /// window, and firings not yet seen merge into one, as in the kernel:
+    /// its trigger is a flag, not a counter).
     Psi { trigger: PsiTrigger },
     /// Counters of `file` (e.g. memory.events) changed since the last read.
     Changed { file: String, deltas: Vec<Delta> },
@@ -192,10 +194,32 @@ impl MemEvent {
 ///
 /// Made by [`Watch::threshold`], [`Watch::oom`], [`Watch::pressure_level`],
 /// [`Watch::psi`], [`Watch::memory_events`] and [`Watch::counters`]. Put it
-/// on a loop with [`Loop::add_watch`](crate::Loop::add_watch), or poll
-/// [`Watch::fd`] for [`Watch::interest`] in any other event loop and call
-/// [`Watch::read`] on each wake-up. Dropping it closes its fds, which
-/// unregisters it.
+/// on a loop with [`Loop::add_watch`](crate::Loop::add_watch), or use it
+/// without one: [`Watch::wait`] blocks the calling thread until the next
+/// event, and any other event loop polls [`Watch::fd`] (also `AsFd`) for
+/// `POLLIN` and calls [`Watch::read`] with the flags its poll reported.
+/// Dropping it closes its fds, which unregisters it.
+///
+/// Every watch's fd is readable (`POLLIN`) while it has something to read:
+/// an eventfd (cgroup v1), an epoll of the counters file and an inotify
+/// (counters), an epoll holding the PSI trigger's file (PSI: the kernel
+/// signals a trigger with `POLLPRI` only, which some pollers, Go's
+/// netpoller among them, never ask for).
+///
+/// **PSI and outer pollers.** The kernel keeps a trigger's firing as a flag
+/// that the first poll of its file clears, whoever polls: a poll of this
+/// fd polls the file through the epoll, so the poll that reports this fd
+/// readable has taken the firing, and a read after it cannot find it in
+/// the kernel any more. Hence [`Watch::read`] takes the poll's flags:
+/// `POLLIN` in them is that firing. (The kernel also wakes a cgroup
+/// trigger's pollers when another trigger on the same cgroup's
+/// `memory.pressure` fires; such a wake-up reports nothing: the poll finds
+/// no firing and does not report the fd readable.) A poller that reports
+/// readiness and loses the report (a read never made with its flags) loses
+/// that firing; so does a registration (`EPOLL_CTL_ADD`) of this fd into
+/// another epoll made while a firing is pending and unread: the kernel's
+/// own check at registration takes it, and reports it to nobody. Read
+/// before registering, and keep the registration.
 ///
 /// A system-wide PSI trigger on a loop (a cgroup's, with
 /// `Some(&Cgroup::own()?)`, works the same way):
@@ -267,9 +291,16 @@ pub struct PressureLevel {
 }
 
 /// The state of [`Watch::Psi`]: the pressure file, open for the trigger
-/// written to it and polled for `POLLPRI`.
+/// written to it, and the epoll that polls it for `POLLPRI` (the watch's
+/// fd, readable with `POLLIN`).
 pub struct Psi {
+    /// The trigger's file; kept open (closing it destroys the trigger) and
+    /// polled only through `epoll`.
+    #[allow(dead_code)]
     file: File,
+    /// Holds `file` for `EPOLLPRI`, level-triggered: readable while a
+    /// firing is pending, and forever once the trigger is gone (`POLLERR`).
+    epoll: Epoll,
     trigger: PsiTrigger,
     spec: String,
     removed: bool,
@@ -568,8 +599,18 @@ impl Watch {
                 ))
             }
         }
+        // Registered once the trigger is written: without one, the file's
+        // poll neither reports a firing nor enqueues a waiter. A firing in
+        // the microseconds since the write would be taken by this
+        // registration's own check; the kernel's first check of a new
+        // trigger comes no sooner than its next update period.
+        let epoll = Epoll::new().map_err(|e| os_error("epoll", &e))?;
+        epoll
+            .add(file.as_raw_fd(), EPOLLPRI, 0)
+            .map_err(|e| os_error(format!("polling {}", path.display()), &e))?;
         Ok(Watch::Psi(Psi {
             file,
+            epoll,
             trigger,
             spec: format!("{}:{spec}", path.display()),
             removed: false,
@@ -642,25 +683,23 @@ impl Watch {
             | Watch::PressureLevel(PressureLevel { v1, .. }) => {
                 (v1.efd.as_fd(), &v1.spec, v1.removed)
             }
-            Watch::Psi(p) => (p.file.as_fd(), &p.spec, p.removed),
+            Watch::Psi(p) => (p.epoll.as_fd(), &p.spec, p.removed),
             Watch::Counters(c) => (c.epoll.as_fd(), &c.spec, c.removed),
         }
     }
 
-    /// The fd to poll: an eventfd (v1), the PSI file, or an epoll of the
-    /// counters file and an inotify of its cgroup's parent directory.
+    /// The fd to poll, for `POLLIN`: an eventfd (v1), an epoll of the
+    /// counters file and an inotify of its cgroup's parent directory
+    /// (counters), or an epoll of the PSI trigger's file (PSI). It belongs
+    /// to the watch: poll it, never read or close it.
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.parts().0
     }
 
-    /// The poll events to wait for: `EPOLLIN` for the v1 eventfds and
-    /// counters watches, `EPOLLPRI` for PSI files (the loop's `events::IN`
-    /// and `events::PRI`).
+    /// The poll events to wait for: `EPOLLIN` (the loop's `events::IN`),
+    /// for every kind.
     pub fn interest(&self) -> u32 {
-        match self {
-            Watch::Psi(_) => EPOLLPRI,
-            _ => EPOLLIN,
-        }
+        EPOLLIN
     }
 
     /// What was registered: the control file and its arguments, e.g.
@@ -676,8 +715,15 @@ impl Watch {
         self.parts().2
     }
 
-    /// Handles a wake-up with poll flags `revents`: returns its event, or
-    /// `None` if there was nothing (a spurious wake-up, or nothing changed).
+    /// Reads the watch's pending event, if any, without waiting: `None` if
+    /// there was nothing (nothing happened, a spurious wake-up, nothing
+    /// changed, or the watch reported its removal already).
+    ///
+    /// `revents` are the flags a poll of [`Watch::fd`] reported just before
+    /// (`EPOLLIN`, the loop's `events::IN`), or 0 without one. Only PSI
+    /// uses them: a poll that reported the fd readable took the trigger's
+    /// firing from the kernel (see [`Watch`]), so `EPOLLIN` here reports it.
+    /// Pass each poll's flags to one read.
     pub fn read(&mut self, revents: u32) -> Result<Option<MemEvent>> {
         if self.is_removed() {
             return Ok(None);
@@ -709,13 +755,20 @@ impl Watch {
                 })
             }
             Watch::Psi(p) => {
-                if revents & EPOLLERR != 0 {
+                // The epoll reports the file if a firing is pending that no
+                // poll took yet (POLLPRI, which this wait takes), or if the
+                // trigger is gone (POLLERR, for good).
+                let mut ev = [libc::epoll_event { events: 0, u64: 0 }];
+                let n = sys::retry_eintr(|| p.epoll.wait(&mut ev, Some(Duration::ZERO)))
+                    .map_err(|e| Error::context(format_args!("polling {}", p.spec), &e))?;
+                let got = if n > 0 { ev[0].events } else { 0 };
+                if got & (EPOLLERR | EPOLLHUP) != 0 {
                     // The kernel's PSI file reports POLLERR only when its
                     // trigger is gone: the cgroup was removed.
                     p.removed = true;
                     return Ok(Some(MemEvent::Removed { count: 0 }));
                 }
-                if revents & EPOLLPRI == 0 {
+                if got & EPOLLPRI == 0 && revents & EPOLLIN == 0 {
                     return Ok(None);
                 }
                 Ok(Some(MemEvent::Psi { trigger: p.trigger }))
@@ -747,6 +800,62 @@ impl Watch {
                 }))
             }
         }
+    }
+}
+
+impl Watch {
+    /// Waits up to `timeout` (`None`: without limit) for the watch's next
+    /// event, on the calling thread (a `poll` of [`Watch::fd`]), without a
+    /// loop: `Ok(None)` once the timeout passed with nothing to report. An
+    /// event already pending is returned at once, also with a zero timeout.
+    ///
+    /// `ENOENT` once the watch returned [`MemEvent::Removed`]: its cgroup is
+    /// gone and nothing more will come.
+    ///
+    /// ```no_run
+    /// use eventq::memcg::{Cgroup, Watch};
+    ///
+    /// let mut watch = Watch::oom(&Cgroup::own()?)?;
+    /// while let Some(ev) = watch.wait(None)? {
+    ///     println!("{ev:?}");
+    ///     if ev.is_removed() {
+    ///         break; // the cgroup is gone: its last event
+    ///     }
+    /// }
+    /// # Ok::<(), eventq::Error>(())
+    /// ```
+    pub fn wait(&mut self, timeout: Option<Duration>) -> Result<Option<MemEvent>> {
+        if self.is_removed() {
+            return Err(no_cgroup(format!(
+                "no such cgroup: {} was removed (the watch reported it already)",
+                self.spec()
+            )));
+        }
+        if let Some(ev) = self.read(0)? {
+            return Ok(Some(ev));
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let revents = sys::poll_one(self.fd(), libc::POLLIN, left)
+                .map_err(|e| Error::context(format_args!("polling {}", self.spec()), &e))?;
+            if revents != 0 {
+                // poll's flags have epoll's values.
+                if let Some(ev) = self.read(u32::from(revents as u16))? {
+                    return Ok(Some(ev));
+                }
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(None);
+            }
+        }
+    }
+}
+
+impl AsFd for Watch {
+    /// [`Watch::fd`].
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd()
     }
 }
 

@@ -57,6 +57,7 @@ mod inotify;
 mod mapping;
 #[cfg(not(loom))]
 mod memfd;
+mod poll;
 mod signalfd;
 #[cfg(not(loom))]
 pub(crate) mod socket;
@@ -67,5 +68,6 @@ pub(crate) use self::eventfd::EventFd;
 pub(crate) use self::inotify::{inotify_new, inotify_watch};
 #[cfg(not(loom))]
 pub(crate) use self::mapping::ZeroedLines;
+pub(crate) use self::poll::poll_one;
 pub(crate) use self::signalfd::{unblock_signal, SignalFd};
 pub(crate) use self::timerfd::TimerFd;

@@ -231,7 +231,8 @@ static void test_bad_inputs(void)
         eventq_memcg_watch *psi;
         REQUIRE("system-wide PSI watch",
                 eventq_memcg_watch_psi(NULL, EVENTQ_MEMCG_PSI_SOME, 150000, 2000000, &psi) == 0);
-        CHECK_INT("a watch holds an fd", count_fds(), before + 1);
+        CHECK_INT("a PSI watch holds two fds (the trigger's file, the epoll polling it)",
+                  count_fds(), before + 2);
         destroyed = 0;
         CHECK_INT("add(NULL loop)", eventq_loop_add_memcg(NULL, psi, never_cb, NULL, destroy_count, &out),
                   -EINVAL);

@@ -32,7 +32,7 @@ from typing import Any
 
 CDEF = r"""
 #define EVENTQ_VERSION_MAJOR 0
-#define EVENTQ_VERSION_MINOR 2
+#define EVENTQ_VERSION_MINOR 3
 #define EVENTQ_LOW_WATER_DEFAULT 18446744073709551615
 #define EVENTQ_FOREVER -1
 #define EVENTQ_DEFAULT_MAX_MSG_SIZE 1048576
@@ -260,6 +260,10 @@ int eventq_memcg_watch_counters(const struct eventq_memcg *cg,
                                 const char *file,
                                 struct eventq_memcg_watch **out);
 void eventq_memcg_watch_free(struct eventq_memcg_watch *watch);
+int eventq_memcg_watch_fd(const struct eventq_memcg_watch *watch);
+int eventq_memcg_watch_read(struct eventq_memcg_watch *watch,
+                            uint32_t revents,
+                            const struct eventq_memcg_event **out);
 int eventq_loop_add_memcg(const struct eventq_loop *lp,
                           struct eventq_memcg_watch *watch,
                           eventq_memcg_fn cb,

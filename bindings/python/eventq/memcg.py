@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT OR Apache-2.0
 """Memory-pressure watches: cgroup v1 thresholds, OOM and pressure levels,
-cgroup2 PSI triggers and memory.events, each an async (or blocking)
-iterator of MemoryEvent, one per kernel wake-up with the kernel's count
+cgroup2 PSI triggers and memory.events, each a blocking or async iterator
+of MemoryEvent, one per kernel wake-up with the kernel's count
 (docs/memcg.md).
 
     cg = Cgroup.open("/sys/fs/cgroup/memory/job")
@@ -9,13 +9,18 @@ iterator of MemoryEvent, one per kernel wake-up with the kernel's count
         async for ev in watch:          # ends after the REMOVED event
             print(ev.count, "crossing(s), usage now", ev.usage)
 
-Each watch runs one source on a libeventq loop of its own, in a thread of
-its own; events reach the iterator through a channel. Registration happens
-when the watch is made, so a missing controller or permission is raised
-there, as a CgroupError with the library's explanation (eventq_strerror).
+    with memcg.oom(cg) as watch:        # or in threads
+        ev = watch.next(timeout=60)
 
-The library makes a watch (an eventq_memcg_watch_* call) and adds it to a
-loop (eventq_loop_add_memcg, which takes it over).
+No event loop of libeventq's and no thread per watch: each watch is one
+registration with the kernel (an eventq_memcg_watch_* call) with an fd
+that is readable while it has something to read (eventq_memcg_watch_fd).
+A thread waits in poll() on it, asyncio with a reader on it, and the event
+is read with eventq_memcg_watch_read, the read a libeventq loop makes.
+Registration happens when the watch is made, so a missing controller or
+permission is raised there, as a CgroupError with the library's
+explanation (eventq_strerror). This module imports asyncio only when a
+watch is awaited.
 """
 
 from __future__ import annotations
@@ -26,13 +31,19 @@ import enum
 import errno as _errno
 import operator
 import os
+import select
 import threading
+import time
 import weakref
 from typing import Any, Callable, Optional, Union
 
-from ._chan import Chan
-from ._errors import Error, InvalidArgument, WouldBlock, strerror
+from ._errors import Error, InvalidArgument, Timeout, WouldBlock, strerror
 from ._ffi import ffi, lib
+
+#: Longest a main-thread wait sleeps before it checks for signals another
+#: thread received (as eventq._wait.SIGNAL_SLICE; a signal to the main
+#: thread ends the wait at once).
+SIGNAL_SLICE = 0.1
 
 __all__ = [
     "Cgroup",
@@ -45,6 +56,8 @@ __all__ = [
     "Delta",
     "MemoryEvent",
     "Watch",
+    "WatchClosed",
+    "WatchEnded",
     "threshold",
     "oom",
     "pressure_level",
@@ -245,181 +258,407 @@ class Cgroup:
         return f"<eventq.memcg.Cgroup v1={self.v1_dir!r} v2={self.v2_dir!r}>"
 
 
-class _Sink:
-    """Where a watch's loop thread leaves events for the consumer: a deque,
-    and a doorbell channel (capacity 1) holding a message while there may be
-    events to take. The callback appends, then rings; the consumer takes
-    the ring, then empties the deque, so no event is left unsignalled."""
+_IN = lib.EVENTQ_IN
+_EAGAIN = -_errno.EAGAIN
+_ENOENT = -_errno.ENOENT
 
-    __slots__ = ("events", "bell", "failure", "lp")
 
-    def __init__(self) -> None:
-        self.events: collections.deque[MemoryEvent] = collections.deque()
-        self.bell = Chan(1)
-        self.failure: Optional[BaseException] = None
-        self.lp: Any = None
+def _merge(old: MemoryEvent, new: MemoryEvent) -> Optional[MemoryEvent]:
+    """Two events of one kind not yet taken, as one, the way the kernel
+    merges notifications not yet read: counts add up (a PSI trigger is a
+    flag: 1), the other fields are the newer's, and counters deltas add up
+    (a counter back to where it was drops out). None if nothing is left."""
+    if new.kind in (Kind.THRESHOLD, Kind.OOM, Kind.PRESSURE):
+        return dataclasses.replace(new, count=old.count + new.count)
+    if new.kind == Kind.PSI:
+        return new
+    deltas: dict[str, Delta] = {d.name: d for d in old.deltas}
+    for d in new.deltas:
+        was = deltas.get(d.name)
+        deltas[d.name] = Delta(d.name, d.value, d.delta + (was.delta if was else 0))
+    kept = tuple(d for d in deltas.values() if d.delta != 0)
+    return dataclasses.replace(new, deltas=kept) if kept else None
 
-    def ring(self) -> None:
+
+class _State:
+    """A watch's state, shared by the Watch (the caller's handle), threads
+    waiting in next() and the asyncio reader. The event loop's reader holds
+    this, never the Watch, so a forgotten Watch is still collected (its
+    __del__ closes this). `lock` guards every field and serialises the C
+    reads (eventq_memcg_watch_read is one thread at a time)."""
+
+    def __init__(self, p: Any, what: str) -> None:
+        self.p = p  # the C watch; None once freed
+        self.what = what
+        self.fd: int = lib.eventq_memcg_watch_fd(p)
+        self.out = ffi.new("const eventq_memcg_event **")
+        self.lock = threading.Lock()
+        self.closed = False
+        self.ended = False  # REMOVED was read: nothing more will come
+        #: a poll of the fd reported it readable, and no read took its flag
+        #: yet (for PSI that report is the firing: the poll took it).
+        self.ready = False
+        self.failure: Optional[BaseException] = None  # a failed read, for the next taker
+        self.events: collections.deque[MemoryEvent] = collections.deque()  # read, not yet taken
+        self.users = 0  # threads waiting in poll() on fd and the wake pipe
+        self.wake: Optional[tuple[int, int]] = None  # written at close, never read
+        self.loop: Any = None  # the asyncio loop whose reader is registered
+        self.unregistering = False  # that reader's removal is scheduled on its loop
+        self.waiters: list[Any] = []  # asyncio futures of next_async()
+
+    # --- under lock ------------------------------------------------------------
+
+    def read(self, revents: int = 0) -> Optional[MemoryEvent]:
+        """One C read; the pending poll flag goes with it."""
+        if self.ready:
+            revents |= _IN
+            self.ready = False
+        rc = lib.eventq_memcg_watch_read(self.p, revents, self.out)
+        if rc == 0:
+            ev = _event_of(self.out[0])
+            if ev.kind == Kind.REMOVED:
+                self.ended = True
+            return ev
+        if rc == _EAGAIN:
+            return None
+        if rc == _ENOENT:
+            self.ended = True
+            return None
+        raise _error(rc, f"{self.what}: reading the watch")
+
+    def take(self) -> Optional[MemoryEvent]:
+        """The next event: one read already, else a C read; None if there
+        is none (check `ended`). Raises WatchClosed and a read's failure."""
+        if self.closed:
+            raise WatchClosed(_errno.EBADF, f"{self.what}: the watch is closed")
+        if self.events:
+            return self.events.popleft()
+        if self.failure is not None:
+            failure, self.failure = self.failure, None
+            raise failure
+        if self.ended:
+            return None
+        return self.read()
+
+    def notify(self) -> None:
+        """Wakes the coroutines waiting in next_async()."""
+        if self.waiters:
+            import asyncio
+
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            for fut in self.waiters:
+                if fut.done():
+                    continue
+                if fut.get_loop() is running:
+                    fut.set_result(True)
+                else:
+                    try:
+                        fut.get_loop().call_soon_threadsafe(_resolve, fut)
+                    except RuntimeError:  # that loop is closed
+                        pass
+            self.waiters = []
+
+    def free_if_unused(self) -> None:
+        """Frees the C watch (closing its fds) once closed and nothing uses
+        its fd: no thread in poll(), no reader registered."""
+        if self.closed and self.p is not None and not self.users and self.loop is None and not self.unregistering:
+            lib.eventq_memcg_watch_free(self.p)
+            self.p = None
+            if self.wake is not None:
+                os.close(self.wake[0])
+                os.close(self.wake[1])
+                self.wake = None
+
+    def drop_reader(self) -> None:
+        """Removes the asyncio reader: now in its loop's thread, else
+        scheduled there (the fd stays open until then)."""
+        loop, self.loop = self.loop, None
+        if loop is None:
+            return
+        import asyncio
+
         try:
-            self.bell.send(b"", timeout=0)
-        except WouldBlock:  # already rung, not yet taken
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            loop.remove_reader(self.fd)
+            return
+        try:
+            loop.call_soon_threadsafe(self.unregister, loop)
+            self.unregistering = True
+        except RuntimeError:  # closed: its selector is gone with it
             pass
 
+    # --- unlocked entry points ---------------------------------------------------
 
-@ffi.callback("int(eventq_source *, const eventq_memcg_event *, void *)")
-def _on_event(src: Any, ev: Any, userdata: Any) -> int:
-    """The C callback of every watch (on its loop thread): copies the event out."""
-    sink: _Sink = ffi.from_handle(userdata)
-    try:
-        event = _event_of(ev)
-        sink.events.append(event)
-        if event.kind == Kind.REMOVED:  # the source is disabled now: nothing more will come
-            lib.eventq_loop_stop(sink.lp)
-    except BaseException as e:  # kept for the iterator; C must not see it
-        sink.failure = e
-    sink.ring()
-    return 0
+    def unregister(self, loop: Any) -> None:
+        """In the loop's thread: the scheduled removal of its reader."""
+        loop.remove_reader(self.fd)
+        with self.lock:
+            self.unregistering = False
+            self.free_if_unused()
+
+    def on_readable(self) -> None:
+        """The asyncio reader: the loop's poll reported the fd readable (for
+        PSI that poll took the firing), so read now, with its flag, until
+        nothing is left, and wake the waiters. Events not yet taken merge,
+        as the kernel merges what is not read. Registered from the first
+        wait until the watch ends or is closed: a reader removed between
+        waits could lose a firing the loop's poll took."""
+        with self.lock:
+            if self.closed or self.p is None:
+                return
+            self.ready = True
+            try:
+                while not self.ended:
+                    ev = self.read()
+                    if ev is None:
+                        break
+                    last = self.events[-1] if self.events else None
+                    if last is not None and last.kind == ev.kind and ev.kind != Kind.REMOVED:
+                        self.events.pop()
+                        merged = _merge(last, ev)
+                        if merged is not None:
+                            self.events.append(merged)
+                    else:
+                        self.events.append(ev)
+            except CgroupError as e:
+                self.failure = e
+            if self.ended or self.failure is not None:
+                self.drop_reader()
+            self.notify()
 
 
-def _run_loop(lp: Any, sink: _Sink, userdata: Any) -> None:
-    """A watch's thread: the library's loop, until stopped. It holds the
-    loop and the callbacks' userdata, so neither goes before it returns."""
-    rc = lib.eventq_loop_run(lp)
-    if rc < 0:
-        sink.failure = _error(rc, "eventq_loop_run")
-        sink.ring()
+def _resolve(fut: Any) -> None:
+    if not fut.done():
+        fut.set_result(True)
+
+
+class WatchClosed(CgroupError, ValueError):
+    """EBADF: the watch was closed (close(), `with`, or garbage collection);
+    waiters in next() and next_async() wake with it."""
+
+
+class WatchEnded(CgroupNotFound):
+    """ENOENT: the watch's cgroup was removed and its last event, REMOVED,
+    was returned: nothing more will come."""
 
 
 class Watch:
-    """One memory source, as an iterator of MemoryEvent.
+    """One memory watch, waited on without a loop or a thread of its own.
 
-    `async for ev in watch` (or `for ev in watch`, blocking) yields each
-    event until the cgroup is removed: the REMOVED event is the last. A
-    system-wide PSI trigger never ends. One consumer at a time; close()
-    (or `with`/`async with`) stops the source and frees its fds.
+    `watch.next(timeout=None)` waits in the calling thread (poll() on the
+    watch's fd); `await watch.next_async()` and `async for ev in watch` wait
+    in the running asyncio loop (a reader on the fd). Both return one
+    MemoryEvent at a time with the kernel's count; the REMOVED event is the
+    last of a watch whose cgroup is removed (then next() raises WatchEnded
+    and iteration ends). A system-wide PSI trigger never ends. close() (or
+    `with`/`async with`) unregisters the watch and frees its fds; waiters
+    then wake with WatchClosed. Any number of threads may wait at once, or
+    coroutines of one asyncio loop, not both (RuntimeError): each event
+    goes to one of them.
 
-    The source runs on a libeventq loop of its own, in a thread of its own
-    that blocks in the loop's epoll_wait; events reach the consumer through
-    a channel. (Polling the loop's fd from asyncio instead would nest it
-    in another epoll, and that outer poll consumes a PSI trigger's event
-    before the loop can see it.)
+    Any other poller can wait too: poll `fileno()` for POLLIN, then call
+    `read(revents)` with the flags the poll reported. A PSI trigger's
+    firing is a flag in the kernel that the first poll of the trigger's file
+    clears, and polling this fd polls that file: the poll that reports the
+    fd readable took the firing, and `read(POLLIN)` reports it. So no poll
+    report may be dropped; the waits here never drop one.
     """
 
     def __init__(self, what: str, make: Callable[[Any], int]) -> None:
         """`make(out)` is an eventq_memcg_watch_* call writing to `out`."""
         self.what = what  #: what is watched, for messages
-        self._ended = False
-        self._thread: Optional[threading.Thread] = None
-        self._loop: Any = None
         w = ffi.new("eventq_memcg_watch **")
         rc = make(w)
         if rc < 0:
             raise _error(rc, what)
-        out = ffi.new("eventq_loop **")
-        rc = lib.eventq_loop_new(out)
-        if rc < 0:
-            lib.eventq_memcg_watch_free(w[0])
-            raise _error(rc, "eventq_loop_new")
-        self._loop = ffi.gc(out[0], lib.eventq_loop_free)
+        self._st = _State(w[0], what)
         _live_watches.add(self)
-        self._sink = sink = _Sink()
-        sink.lp = out[0]
-        self._userdata = ffi.new_handle(sink)
-        # The loop takes the watch over, also if this fails.
-        rc = lib.eventq_loop_add_memcg(self._loop, w[0], _on_event, self._userdata, ffi.NULL, ffi.NULL)
-        if rc < 0:
-            self._loop = None
-            raise _error(rc, what)
-        # The thread holds the loop, the sink and the userdata, never the
-        # Watch, so a forgotten Watch is still collected (its __del__ stops it).
-        self._thread = threading.Thread(
-            target=_run_loop, args=(self._loop, sink, self._userdata), name=f"eventq memcg: {what}", daemon=True
-        )
-        self._thread.start()
 
     def fileno(self) -> int:
-        """An fd readable while events may be waiting (then call poll())."""
-        return self._sink.bell.fileno()
+        """The watch's fd: readable (POLLIN) while it has something to read;
+        then call read() with the poll's flags. It belongs to the watch."""
+        with self._st.lock:
+            if self._st.closed:
+                raise WatchClosed(_errno.EBADF, f"{self.what}: the watch is closed")
+            return self._st.fd
 
-    def _next_ready(self) -> Optional[MemoryEvent]:
-        """The next event already copied out, or None; StopIteration at the end."""
-        sink = self._sink
-        if sink.failure is not None:
-            failure, sink.failure = sink.failure, None
-            raise failure
-        if sink.events:
-            ev = sink.events.popleft()
-            if ev.kind == Kind.REMOVED:
-                self._ended = True
-            return ev
-        if self._ended or self._loop is None:
-            raise StopIteration
-        return None
+    @property
+    def ended(self) -> bool:
+        """Whether the REMOVED event was read: nothing more will come."""
+        return self._st.ended
+
+    def read(self, revents: int = 0) -> Optional[MemoryEvent]:
+        """The next event without waiting, or None. `revents` are the flags a
+        poll of fileno() reported just before (select.POLLIN), 0 without one:
+        for PSI, POLLIN is the firing that poll took from the kernel."""
+        st = self._st
+        with st.lock:
+            if revents & _IN:
+                st.ready = True
+            return st.take()
 
     def poll(self) -> list[MemoryEvent]:
         """The events that are ready now, without waiting."""
-        if self._loop is None:
-            raise ValueError(f"{self.what}: the watch is closed")
-        try:
-            self._sink.bell.recv(timeout=0)
-        except WouldBlock:
-            pass
-        out = []
-        try:
-            while (ev := self._next_ready()) is not None:
+        out: list[MemoryEvent] = []
+        with self._st.lock:
+            while (ev := self._st.take()) is not None:
                 out.append(ev)
-        except StopIteration:
-            pass
         return out
+
+    def next(self, timeout: Optional[float] = None) -> MemoryEvent:
+        """The next event, waiting in this thread (poll() on the watch's fd)
+        for at most `timeout` seconds (None: without limit; 0: not at all).
+
+        Raises WouldBlock (timeout 0) or Timeout when nothing came,
+        WatchEnded after the REMOVED event, WatchClosed once the watch is
+        closed (also while waiting), and the CgroupError of a failed read.
+        In the main thread a signal's handler runs while it waits (Ctrl-C
+        interrupts it, losing nothing).
+        """
+        if timeout is not None and timeout < 0:
+            raise _CgroupInvalid(_errno.EINVAL, f"timeout={timeout}: {strerror(-_errno.EINVAL)}")
+        st = self._st
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with st.lock:
+            ev = st.take()
+            if ev is not None:
+                return ev
+            self._check_ended()
+            if timeout == 0:
+                raise WouldBlock(_errno.EAGAIN, f"{self.what}: no event")
+            if st.loop is not None:
+                if not st.loop.is_closed():
+                    raise RuntimeError(f"{self.what}: the watch is awaited in an event loop; wait there")
+                st.loop = None  # its selector is gone with it
+            if st.wake is None:
+                r, w = os.pipe()
+                os.set_blocking(r, False)
+                os.set_blocking(w, False)
+                st.wake = (r, w)
+            st.users += 1
+            fd, wake = st.fd, st.wake[0]
+        try:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            poller.register(wake, select.POLLIN)
+            main = threading.current_thread() is threading.main_thread()
+            while True:
+                if deadline is None:
+                    ms = int(SIGNAL_SLICE * 1000) if main else None
+                else:
+                    left = deadline - time.monotonic()
+                    ms = max(0, int(min(left, SIGNAL_SLICE if main else left) * 1000 + 0.999))
+                ready = dict(poller.poll(ms))
+                with st.lock:
+                    if ready.get(fd, 0) & select.POLLIN:
+                        st.ready = True  # this poll may have taken a PSI firing: its read gets it
+                    ev = st.take()
+                    if ev is not None:
+                        return ev
+                    self._check_ended()
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise Timeout(_errno.ETIMEDOUT, f"{self.what}: no event within {timeout} s")
+        finally:
+            with st.lock:
+                st.users -= 1
+                st.free_if_unused()
+
+    def _check_ended(self) -> None:
+        if self._st.ended:
+            raise WatchEnded(_errno.ENOENT, f"{self.what}: the cgroup was removed (its REMOVED event was the last)")
+
+    async def next_async(self, timeout: Optional[float] = None) -> MemoryEvent:
+        """next() for asyncio: waits in the running loop, on a reader of the
+        watch's fd, registered from the first wait until the watch ends or
+        is closed. Cancelling it loses nothing (the reader reads; events
+        not yet taken wait for the next call, merged as the kernel merges
+        unread notifications). Raises as next()."""
+        import asyncio
+
+        if timeout is not None and timeout < 0:
+            raise _CgroupInvalid(_errno.EINVAL, f"timeout={timeout}: {strerror(-_errno.EINVAL)}")
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        st = self._st
+        while True:
+            with st.lock:
+                ev = st.take()
+                if ev is not None:
+                    return ev
+                self._check_ended()
+                if timeout == 0:
+                    raise WouldBlock(_errno.EAGAIN, f"{self.what}: no event")
+                if st.loop is not loop:
+                    if st.loop is not None and not st.loop.is_closed():
+                        raise RuntimeError(f"{self.what}: the watch is awaited in another event loop")
+                    if st.users:
+                        raise RuntimeError(f"{self.what}: threads wait on the watch in next(); wait there")
+                    # After the read above, so no firing is pending when the
+                    # loop's registration polls the fd.
+                    loop.add_reader(st.fd, st.on_readable)
+                    st.loop = loop
+                fut = loop.create_future()
+                st.waiters.append(fut)
+            try:
+                if deadline is None:
+                    await fut
+                else:
+                    left = deadline - loop.time()
+                    if left <= 0:
+                        raise Timeout(_errno.ETIMEDOUT, f"{self.what}: no event within {timeout} s")
+                    try:
+                        await asyncio.wait_for(fut, left)
+                    except asyncio.TimeoutError:
+                        raise Timeout(_errno.ETIMEDOUT, f"{self.what}: no event within {timeout} s") from None
+            finally:
+                with st.lock:
+                    if fut in st.waiters:
+                        st.waiters.remove(fut)
 
     def __iter__(self) -> "Watch":
         return self
 
     def __next__(self) -> MemoryEvent:
-        """The next event, waiting for it (in the main thread Ctrl-C interrupts)."""
-        while True:
-            ev = self._next_ready()
-            if ev is not None:
-                return ev
-            self._sink.bell.recv()
+        """next(), ending the iteration at the end of the watch or its close."""
+        try:
+            return self.next()
+        except (WatchEnded, WatchClosed):
+            raise StopIteration from None
 
     def __aiter__(self) -> "Watch":
         return self
 
     async def __anext__(self) -> MemoryEvent:
-        """The next event, waiting for it in the running asyncio loop."""
-        while True:
-            try:
-                ev = self._next_ready()
-            except StopIteration:
-                raise StopAsyncIteration from None
-            if ev is not None:
-                return ev
-            await self._sink.bell.recv_async()
+        """next_async(), ending the iteration at the end of the watch or its close."""
+        try:
+            return await self.next_async()
+        except (WatchEnded, WatchClosed):
+            raise StopAsyncIteration from None
 
     def close(self) -> None:
-        """Stops the source and its thread and frees its loop; iteration then
-        ends (events already delivered are still returned). Idempotent."""
-        self._close(join=True)
-
-    def _close(self, join: bool) -> None:
-        lp, self._loop = self._loop, None
-        if lp is None:
-            return
-        if self._thread is not None:
-            lib.eventq_loop_stop(lp)
-            if join:
-                self._thread.join()
-        # Freed with the last reference: here after the join, else when the
-        # thread (whose arguments hold the loop too) has returned.
-        del lp
-        self._userdata = None
-        self._sink.ring()  # wakes a consumer waiting on the bell
+        """Unregisters the watch and frees its fds (once no thread waits on
+        them); waiters wake with WatchClosed. Idempotent; from any thread."""
+        st = self._st
+        with st.lock:
+            if st.closed:
+                return
+            st.closed = True
+            st.events.clear()
+            st.drop_reader()
+            st.notify()
+            if st.wake is not None:
+                os.write(st.wake[1], b"x")  # readable for good: every thread in next() wakes
+            st.free_if_unused()
 
     def __del__(self) -> None:
-        # No join here: at interpreter exit the thread may never run again.
         try:
-            self._close(join=False)
+            self.close()
         except Exception:
             pass
 
@@ -436,7 +675,8 @@ class Watch:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<eventq.memcg.Watch {self.what}{' closed' if self._loop is None else ''}>"
+        state = " closed" if self._st.closed else " ended" if self._st.ended else ""
+        return f"<eventq.memcg.Watch {self.what}{state}>"
 
 
 _live_cgroups: "weakref.WeakSet[Cgroup]" = weakref.WeakSet()
@@ -444,12 +684,13 @@ _live_watches: "weakref.WeakSet[Watch]" = weakref.WeakSet()
 
 
 def _forget_inherited() -> None:
-    """In a forked child, as for channels: no call on inherited handles (the
-    watch threads are not there), so they are dropped without a free."""
+    """In a forked child, as for channels: no call on inherited handles
+    (their lock may have been held by a thread that is not there), so they
+    are dropped, closed, without a free."""
     for w in list(_live_watches):
-        lp, w._loop, w._thread = w._loop, None, None
-        if lp is not None:
-            ffi.gc(lp, None)
+        st = w._st
+        st.lock = threading.Lock()
+        st.p, st.closed, st.loop, st.waiters, st.users = None, True, None, [], 0
     for cg in list(_live_cgroups):
         p, cg._p = cg._p, None
         if p is not None:

@@ -11,6 +11,9 @@ memory.events counters (byte thresholds are a cgroup v1 interface). The PSI
 trigger is "some <stall us> 2000000" (default stall 100000 us). Each event
 is printed with a UTC timestamp and the kernel's count, so none is merged
 away. It runs until SIGINT/SIGTERM, or until the cgroup is removed.
+
+One asyncio task per watch (`async for ev in watch`), all on one event
+loop: no thread and no libeventq loop.
 """
 
 from __future__ import annotations

@@ -13,6 +13,11 @@
   cgroup2 is mounted and writable, a PSI trigger and cgroup.events too.
 - memwatch on a real cgroup: a process allocating past the threshold gives
   the crossing up and down lines; rmdir ends the program.
+- Without a loop or a thread of the library's: next() in threads, close()
+  waking threads and coroutines that wait (WatchClosed) with every fd
+  freed, next_async() cancelled losing nothing, timeouts, a PSI trigger
+  that cannot fire reporting nothing while another on the same cgroup
+  file fires (the kernel wakes both), read() with a poll's flags.
 
 Parts this machine cannot run are skipped with the reason. No sleeps: the
 child answers through a pipe and kernel notifications are awaited; the
@@ -23,9 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import itertools
 import os
+import select
 import signal
+import threading
 import subprocess
 import sys
 from pathlib import Path
@@ -172,6 +180,25 @@ def test_system_wide_psi_trigger() -> None:
     with pytest.raises(ValueError, match="closed"):
         w.poll()
     assert list(w) == []  # a closed watch ends at once
+    with pytest.raises(memcg.WatchClosed) as ei:
+        w.next()
+    assert ei.value.errno == errno.EBADF and isinstance(ei.value, ValueError)
+
+    # A full stall of 10 s in a 10 s window: nothing here comes near it.
+    with memcg.psi(None, 10_000_000, 10_000_000, full=True) as w:
+        assert w.read() is None and w.poll() == []
+        with pytest.raises(eventq.WouldBlock):
+            w.next(timeout=0)
+        with pytest.raises(eventq.Timeout):
+            w.next(timeout=0.01)
+        with pytest.raises(eventq.InvalidArgument):
+            w.next(timeout=-1)
+        # POLLIN from a poll of the fd is the firing that poll took.
+        ev = w.read(select.POLLIN)
+        assert ev is not None and ev.kind == Kind.PSI and ev.count == 1 and ev.psi_full
+        assert (ev.psi_stall_us, ev.psi_window_us) == (10_000_000, 10_000_000)
+        assert ev.spec == "/proc/pressure/memory:full 10000000 10000000"
+        assert w.read() is None
 
 
 class Recorder:
@@ -233,6 +260,9 @@ def test_real_cgroup(child_cgroups: Callable[[str], str]) -> None:
             with memcg.Cgroup(d2) as cg2:
                 try:
                     rec.watch("psi", memcg.psi(cg2, 1, 2_000_000))
+                    # Cannot fire here, but the kernel wakes its pollers when
+                    # the other one does: it must report nothing.
+                    rec.watch("psi-idle", memcg.psi(cg2, 10_000_000, 10_000_000, full=True))
                     psi = True
                 except memcg.CgroupError as e:
                     print(f"PSI part skipped: {e}")
@@ -299,6 +329,8 @@ def test_real_cgroup(child_cgroups: Callable[[str], str]) -> None:
         removed = sorted(n for n, ev in rec.events if ev.kind == Kind.REMOVED)
         assert removed == sorted(rec.names)  # each watch once
         assert len(rec.of("oom", Kind.OOM)) == 1
+        if psi:
+            assert [ev.kind for n, ev in rec.events if n == "psi-idle"] == [Kind.REMOVED]
         return f"{len(rec.events)} events"
 
     print(asyncio.run(scenario()))
@@ -401,11 +433,8 @@ def test_memwatch_exits_on_sigterm(child_cgroups: Callable[[str], str]) -> None:
 
 
 def test_forgotten_watches_stop_and_free_their_fds(child_cgroups: Callable[[str], str]) -> None:
-    """A Watch dropped without close() stops its thread and frees its loop;
-    one still alive at interpreter exit does not hold the exit up."""
-    import gc
-    import threading
-
+    """A Watch dropped without close() frees its fds; one still alive at
+    interpreter exit does not hold the exit up."""
     _, v2 = own_dirs()
     if v2 is None:
         pytest.skip("cgroup2 is not mounted")
@@ -416,10 +445,129 @@ def test_forgotten_watches_stop_and_free_their_fds(child_cgroups: Callable[[str]
         for _ in range(20):
             memcg.events(cg, "cgroup.events")  # dropped at once
     gc.collect()
-    for t in threading.enumerate():
-        if t.name.startswith("eventq memcg:"):
-            t.join()
+    assert not [t for t in threading.enumerate() if t.name.startswith("eventq")]
     assert len(os.listdir("/proc/self/fd")) == fds
     code = f"from eventq import memcg\nw = memcg.events(memcg.Cgroup({d!r}), 'cgroup.events')\nprint('alive')"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd="/")
     assert r.returncode == 0 and r.stdout == "alive\n", r.stderr
+
+
+def idle_watch(child_cgroups: Callable[[str], str]) -> tuple[memcg.Watch, str | None]:
+    """A watch that reports nothing until the test acts: a new cgroup2
+    child's cgroup.events (its directory returned), else a system-wide PSI
+    trigger that cannot fire."""
+    _, v2 = own_dirs()
+    if v2 is not None:
+        d = child_cgroups(v2)
+        with memcg.Cgroup(d) as cg:
+            return memcg.events(cg, "cgroup.events"), d
+    if not os.path.exists("/proc/pressure/memory"):
+        pytest.skip("no cgroup2 and no PSI: no idle watch")
+    return memcg.psi(None, 10_000_000, 10_000_000, full=True), None
+
+
+def test_next_in_a_thread_until_the_end(child_cgroups: Callable[[str], str]) -> None:
+    """next() blocks a thread (not the library's: the caller's) until the
+    event; REMOVED is the last, then WatchEnded."""
+    w, d = idle_watch(child_cgroups)
+    if d is None:
+        pytest.skip("cgroup2 is not mounted")
+    got: list[Any] = []
+    t = threading.Thread(target=lambda: got.append(w.next()))
+    t.start()
+    os.rmdir(d)
+    t.join()
+    [ev] = got
+    assert ev.kind == Kind.REMOVED and w.ended and "ended" in repr(w)
+    with pytest.raises(memcg.WatchEnded) as ei:
+        w.next(timeout=0)
+    assert ei.value.errno == errno.ENOENT and isinstance(ei.value, FileNotFoundError)
+    w.close()
+
+
+def test_close_wakes_every_waiter_and_frees_the_fds(child_cgroups: Callable[[str], str]) -> None:
+    """close() from another thread wakes the threads in next() on one watch
+    and the coroutines in next_async() on another with WatchClosed; every
+    fd of the watches (and of their waits) is freed once they are gone. A
+    watch is waited on in threads or in one event loop, not both."""
+    gc.collect()
+    fds = len(os.listdir("/proc/self/fd"))
+    in_threads, _ = idle_watch(child_cgroups)
+    in_loop, _ = idle_watch(child_cgroups)
+    errors: list[BaseException] = []
+    started = threading.Barrier(5)
+
+    def wait_in_thread() -> None:
+        started.wait()
+        try:
+            in_threads.next()
+        except BaseException as e:
+            errors.append(e)
+
+    async def wait_async() -> None:
+        loop = asyncio.get_running_loop()
+        tasks = [asyncio.ensure_future(in_loop.next_async()) for _ in range(2)]
+        await asyncio.sleep(0)  # they register (no timing: one loop turn)
+        with pytest.raises(RuntimeError, match="awaited in an event loop"):
+            in_loop.next(timeout=0.01)
+        await loop.run_in_executor(None, started.wait)
+        for res in await asyncio.gather(*tasks, return_exceptions=True):
+            errors.append(res)  # type: ignore[arg-type]
+
+    threads = [threading.Thread(target=wait_in_thread) for _ in range(3)]
+    for t in threads:
+        t.start()
+    closer = threading.Thread(target=lambda: (started.wait(), in_threads.close(), in_loop.close()))
+    closer.start()
+    asyncio.run(wait_async())
+    for t in threads + [closer]:
+        t.join()
+    assert len(errors) == 5 and all(isinstance(e, memcg.WatchClosed) for e in errors), errors
+    for w in (in_threads, in_loop):
+        assert list(w) == [] and "closed" in repr(w)
+        with pytest.raises(memcg.WatchClosed):
+            w.fileno()
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) == fds
+
+
+def test_async_cancel_loses_nothing(child_cgroups: Callable[[str], str]) -> None:
+    """A next_async() cancelled or timed out takes nothing: the next one
+    gets the event."""
+    w, d = idle_watch(child_cgroups)
+    if d is None:
+        pytest.skip("cgroup2 is not mounted")
+
+    async def scenario() -> memcg.MemoryEvent:
+        task = asyncio.ensure_future(w.next_async())
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        with pytest.raises(eventq.Timeout):
+            await w.next_async(timeout=0.01)
+        with pytest.raises(eventq.WouldBlock):
+            await w.next_async(timeout=0)
+        os.rmdir(d)
+        return await w.next_async()
+
+    with w:
+        ev = asyncio.run(scenario())
+        assert ev.kind == Kind.REMOVED
+        with pytest.raises(memcg.WatchEnded):
+            asyncio.run(w.next_async())
+
+
+def test_merge_as_the_kernel_merges() -> None:
+    """Events the asyncio reader read and no one took yet merge: counts add
+    up, counter deltas add up, a counter back where it was drops out."""
+    a = memcg.MemoryEvent(Kind.THRESHOLD, 1, "s", threshold=5, usage=9)
+    b = memcg.MemoryEvent(Kind.THRESHOLD, 2, "s", threshold=5, usage=3)
+    assert memcg._merge(a, b) == memcg.MemoryEvent(Kind.THRESHOLD, 3, "s", threshold=5, usage=3)
+    p = memcg.MemoryEvent(Kind.PSI, 1, "s")
+    assert memcg._merge(p, p) == p
+    up = memcg.MemoryEvent(Kind.CHANGED, 0, "s", deltas=(memcg.Delta("populated", 1, 1), memcg.Delta("frozen", 1, 1)))
+    down = memcg.MemoryEvent(Kind.CHANGED, 0, "s", deltas=(memcg.Delta("populated", 0, -1),))
+    assert memcg._merge(up, down) == memcg.MemoryEvent(Kind.CHANGED, 0, "s", deltas=(memcg.Delta("frozen", 1, 1),))
+    only = memcg.MemoryEvent(Kind.CHANGED, 0, "s", deltas=(memcg.Delta("populated", 1, 1),))
+    assert memcg._merge(only, down) is None
