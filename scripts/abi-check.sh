@@ -65,7 +65,7 @@ compare() {
     local old=$1 new=$2 what=$3 report rc=0
     report=$(abidiff --no-added-syms --suppressions "$abidir/suppressions.abignore" \
         "$old" "$new") || rc=$?
-    local added
+    local added nonzero
     added=$(abidiff --suppressions "$abidir/suppressions.abignore" "$old" "$new" |
         grep -Eo '[0-9]+ Added (functions?|variables?|function symbols?[^,]*)' || true)
     if [ $((rc & 3)) -ne 0 ]; then
@@ -78,8 +78,11 @@ compare() {
         echo "INCOMPATIBLE: $what differs from the baseline (see above)" >&2
         return 1
     fi
-    if [ -n "$added" ] && ! echo "$added" | grep -Eq '^0 '; then
-        echo "  ok    $what: compatible additions: $(echo "$added" | grep -Ev '^0 ' | tr '\n' ';')"
+    # Additions are "N Added functions" lines with N > 0 (the zero lines of
+    # the other kinds say nothing).
+    nonzero=$(echo "$added" | grep -Ev '^0 ' | sort -u || true)
+    if [ -n "$nonzero" ]; then
+        echo "  ok    $what: compatible additions: $(echo "$nonzero" | tr '\n' ';')"
     else
         echo "  ok    $what: same as the baseline"
     fi
