@@ -440,6 +440,10 @@ var (
 	waitFor = map[int64]*loopCore{} // thread of a running loop: the loop it waits for
 )
 
+// waitHook, if set (by the tests), runs when a loop's goroutine records
+// a wait for another loop.
+var waitHook atomic.Pointer[func()]
+
 func runnerEnter(tid int64) {
 	waitMu.Lock()
 	runners[tid]++
@@ -475,6 +479,9 @@ func beginWait(c *loopCore) (cycle bool, end func()) {
 		t = next.runTid.Load()
 	}
 	waitFor[me] = c
+	if h := waitHook.Load(); h != nil {
+		(*h)()
+	}
 	return false, func() {
 		waitMu.Lock()
 		delete(waitFor, me)
