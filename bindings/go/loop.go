@@ -770,6 +770,9 @@ func (l *Loop) add(s *Source, call func(c *loopCore, h C.uintptr_t, out **C.even
 		if s.onDestroy != nil {
 			s.onDestroy()
 		}
+		if s.srcHandle != nil && s.ch != nil {
+			C.eventq_chan_free(s.ch)
+		}
 		return nil, ErrLoopClosed
 	}
 	defer c.done()
