@@ -380,6 +380,21 @@ typedef int (*eventq_chan_fn)(struct eventq_source *src,
                               void *userdata);
 
 /**
+ * A batch channel source's next messages (see `eventq_loop_add_chan_batch`):
+ * `count` messages (at least 1), in order, packed back to back at `data`,
+ * message i being `lens[i]` bytes; both arrays are valid during the call
+ * only. `data` is NULL and `count` 0 exactly once, after the last message
+ * of a closed channel (end of stream); the source is then disabled. Return
+ * as for eventq_fd_fn: every message of the batch counts as delivered
+ * either way.
+ */
+typedef int (*eventq_chan_batch_fn)(struct eventq_source *src,
+                                    const void *data,
+                                    const size_t *lens,
+                                    size_t count,
+                                    void *userdata);
+
+/**
  * A signal source's signal arrived. Return as for eventq_fd_fn.
  */
 typedef int (*eventq_signal_fn)(struct eventq_source *src, int signo, void *userdata);
@@ -945,6 +960,39 @@ int eventq_loop_add_chan(const struct eventq_loop *lp,
                          void *userdata,
                          eventq_destroy_fn destroy,
                          struct eventq_source **out);
+
+/**
+ * As `eventq_loop_add_chan`, but the callback runs once per batch of
+ * messages instead of once per message: all the messages the channel
+ * holds, up to the source's budget (`budget`, or EVENTQ_DEFAULT_BUDGET for
+ * 0; `eventq_source_set_budget` changes it), taken in order into one
+ * buffer and handed over together as `data` and `lens` (see
+ * eventq_chan_batch_fn). For a
+ * consumer that can take several messages at once (a binding whose every
+ * call into its language has a fixed cost, a writer that coalesces),
+ * the fixed cost of a callback is paid once per batch.
+ *
+ * Every message taken is delivered: no callback runs while a batch is
+ * taken, so nothing a callback does (stop, remove, fail) leaves a message
+ * taken and not delivered; the later messages stay in the channel. After
+ * the channel is closed and drained, the callback runs once more with
+ * data NULL and count 0, and the source is disabled. Budget, end of
+ * stream, several loops on one channel, ownership, `out` and callbacks as
+ * for `eventq_loop_add_chan`; `eventq_loop_run_once` counts a batch as one
+ * callback.
+ *
+ * Returns 0; -EINVAL for a NULL loop, chan or cb; -EEXIST if this loop
+ * already has a source for the channel.
+ *
+ * Thread safety: any thread.
+ */
+int eventq_loop_add_chan_batch(const struct eventq_loop *lp,
+                               const struct eventq_chan *chan,
+                               size_t budget,
+                               eventq_chan_batch_fn cb,
+                               void *userdata,
+                               eventq_destroy_fn destroy,
+                               struct eventq_source **out);
 
 /**
  * Calls back when signal `signo` arrives (signalfd). Blocks the signal in

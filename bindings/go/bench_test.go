@@ -329,11 +329,11 @@ func BenchmarkCgoCall(b *testing.B) {
 	}
 }
 
-// BenchmarkLoop: the loop's Go callbacks, each run in the run's coroutine
-// (so that a runtime.Goexit in one cannot unwind through C). chan-source:
+// BenchmarkLoop: the loop's Go callbacks, run in plain Go once the
+// library's call has returned (exec.go). chan-source:
 // b.N messages (up to 1 Mi queued beforehand, the rest sent as the loop
 // makes room), one ChanFunc call each, within one Run (budget 64). run-once: one message per RunOnce(0), as an embedder that
-// polls the loop's fd calls it: the coroutine is made and ended per call.
+// polls the loop's fd calls it.
 func BenchmarkLoop(b *testing.B) {
 	b.Run("chan-source", func(b *testing.B) {
 		lp, _ := eventq.NewLoop()

@@ -3,12 +3,13 @@
 
 package eventq
 
-// The //export trampolines the C shims of loop.go call. A file with
-// //export may only declare in its preamble, so the shims live in loop.go.
-// Each trampoline gets its Go state back from the cgo.Handle that travelled
-// through the C userdata as a uintptr_t, fills in the loop's job and runs
-// it in the run's coroutine (exec.go), so that neither a panic (recovered
-// by Source.call and post.run) nor a runtime.Goexit unwinds into C.
+// The //export trampolines the C shims of loop.go (and memcg.go) call. A
+// file with //export may only declare in its preamble, so the shims live
+// in loop.go. Each trampoline gets the source's link back from the
+// cgo.Handle that travelled through the C userdata as a uintptr_t and
+// only collects the report into the loop's sink, in Go memory; the user's
+// callbacks run once the library's call has returned (exec.go). No user
+// code runs here, so nothing can panic or Goexit through C.
 
 // #include <stdint.h>
 // #include <eventq.h>
@@ -19,51 +20,47 @@ import (
 	"unsafe"
 )
 
+func linkOf(h C.uintptr_t) *srcLink { return cgo.Handle(h).Value().(*srcLink) }
+
 //export eqGoFd
 func eqGoFd(src *C.eventq_source, fd C.int, revents C.uint32_t, h C.uintptr_t) C.int {
-	s := cgo.Handle(h).Value().(*Source)
-	c := s.loop
-	c.exec.job = cbJob{kind: jobFd, s: s, src: src, fd: int(fd), revents: Events(revents)}
-	return c.dispatch()
+	l := linkOf(h)
+	l.sink.evs = append(l.sink.evs, event{kind: evFd, id: l.id, src: src, fd: int32(fd), revents: Events(revents)})
+	return 0
 }
 
 //export eqGoTimer
 func eqGoTimer(src *C.eventq_source, expirations C.uint64_t, h C.uintptr_t) C.int {
-	s := cgo.Handle(h).Value().(*Source)
-	c := s.loop
-	c.exec.job = cbJob{kind: jobTimer, s: s, src: src, n: uint64(expirations)}
-	return c.dispatch()
+	l := linkOf(h)
+	l.sink.evs = append(l.sink.evs, event{kind: evTimer, id: l.id, src: src, n: uint64(expirations)})
+	return 0
 }
 
-//export eqGoChan
-func eqGoChan(src *C.eventq_source, data unsafe.Pointer, n C.size_t, h C.uintptr_t) C.int {
-	s := cgo.Handle(h).Value().(*Source)
-	c := s.loop
-	if data == nil {
-		c.exec.job = cbJob{kind: jobChan, s: s, src: src, eof: true}
-		return c.dispatch()
-	}
-	// data is valid during this call only: copy it into Go memory.
-	msg := make([]byte, int(n))
-	copy(msg, unsafe.Slice((*byte)(data), int(n)))
-	c.exec.job = cbJob{kind: jobChan, s: s, src: src, msg: msg}
-	return c.dispatch()
-}
-
-//export eqGoPost
-func eqGoPost(h C.uintptr_t) {
-	p := cgo.Handle(h).Value().(*post)
-	c := p.loop
-	c.forgetPost(cgo.Handle(h))
-	c.exec.job = cbJob{kind: jobPost, post: p}
-	c.dispatch()
-}
-
-// eqGoFinish ends a run's coroutine (loopCore.finish, through eq_finish).
+// eqGoChanBatch collects a batch of a channel source: the messages, valid
+// during this call only, are copied into one Go buffer. With other channel
+// sources in the loop it ends the library's iteration here (see exec.go).
 //
-//export eqGoFinish
-func eqGoFinish(h C.uintptr_t) {
-	coreOf(h).endCoroutine()
+//export eqGoChanBatch
+func eqGoChanBatch(src *C.eventq_source, data unsafe.Pointer, lens *C.size_t, count C.size_t, h C.uintptr_t) C.int {
+	l := linkOf(h)
+	if data == nil {
+		l.sink.evs = append(l.sink.evs, event{kind: evEOF, id: l.id, src: src})
+		return 0
+	}
+	n := int(count)
+	ls := make([]int, n)
+	total := 0
+	for i, v := range unsafe.Slice((*C.size_t)(lens), n) {
+		ls[i] = int(v)
+		total += int(v)
+	}
+	buf := make([]byte, total)
+	copy(buf, unsafe.Slice((*byte)(data), total))
+	l.sink.evs = append(l.sink.evs, event{kind: evBatch, id: l.id, src: src, data: buf, lens: ls})
+	if l.sink.chans.Load() > 1 {
+		C.eventq_loop_stop(l.sink.ptr)
+	}
+	return 0
 }
 
 // eqGoDestroy is the destroy hook of every source: the library runs it
@@ -72,20 +69,29 @@ func eqGoFinish(h C.uintptr_t) {
 //
 //export eqGoDestroy
 func eqGoDestroy(h C.uintptr_t) {
-	s := cgo.Handle(h).Value().(*Source)
+	l := linkOf(h)
 	deleteHandle(cgo.Handle(h))
-	if s.onDestroy != nil {
-		s.onDestroy()
+	if l.onDestroy != nil {
+		l.onDestroy()
 	}
 }
 
 // eqGoMemcg is the callback of every memory source (memcg.go): the event
-// is copied into Go memory, then the source's MemcgFunc runs.
+// is copied into Go memory, for the source's MemcgFunc.
 //
 //export eqGoMemcg
 func eqGoMemcg(src *C.eventq_source, ev *C.eventq_memcg_event, h C.uintptr_t) C.int {
-	s := cgo.Handle(h).Value().(*Source)
-	c := s.loop
-	c.exec.job = cbJob{kind: jobMemcg, s: s, src: src, memcg: memcgEventOf(ev)}
-	return c.dispatch()
+	l := linkOf(h)
+	l.sink.evs = append(l.sink.evs, event{kind: evMemcg, id: l.id, src: src, memcg: memcgEventOf(ev)})
+	return 0
+}
+
+func newHandle(v any) cgo.Handle {
+	liveHandles.Add(1)
+	return cgo.NewHandle(v)
+}
+
+func deleteHandle(h cgo.Handle) {
+	h.Delete()
+	liveHandles.Add(-1)
 }

@@ -41,8 +41,8 @@ func pipe(t *testing.T) (r, w int) {
 }
 
 // checkHandles fails if the test left cgo.Handles behind: every source's
-// destroy hook and every post must have deleted its handle exactly once
-// (a second Delete would panic).
+// destroy hook must have deleted its link's handle exactly once (a second
+// Delete would panic).
 func checkHandles(t *testing.T) {
 	before := eventq.LiveHandles()
 	t.Cleanup(func() {

@@ -99,6 +99,23 @@ pub type eventq_chan_fn = Option<
     ) -> c_int,
 >;
 
+/// A batch channel source's next messages (see `eventq_loop_add_chan_batch`):
+/// `count` messages (at least 1), in order, packed back to back at `data`,
+/// message i being `lens[i]` bytes; both arrays are valid during the call
+/// only. `data` is NULL and `count` 0 exactly once, after the last message
+/// of a closed channel (end of stream); the source is then disabled. Return
+/// as for eventq_fd_fn: every message of the batch counts as delivered
+/// either way.
+pub type eventq_chan_batch_fn = Option<
+    extern "C" fn(
+        src: *mut eventq_source,
+        data: *const c_void,
+        lens: *const usize,
+        count: usize,
+        userdata: *mut c_void,
+    ) -> c_int,
+>;
+
 /// A signal source's signal arrived. Return as for eventq_fd_fn.
 pub type eventq_signal_fn =
     Option<extern "C" fn(src: *mut eventq_source, signo: c_int, userdata: *mut c_void) -> c_int>;
@@ -508,7 +525,75 @@ pub extern "C" fn eventq_loop_add_chan(
             _ => Ok(()),
         };
         add_source(lp, hook, out, on_event, |make| {
-            lp.add_with(NewSource::Chan(chan), make)
+            lp.add_with(NewSource::Chan { chan, batch: false }, make)
+        })
+    })
+}
+
+/// As `eventq_loop_add_chan`, but the callback runs once per batch of
+/// messages instead of once per message: all the messages the channel
+/// holds, up to the source's budget (`budget`, or EVENTQ_DEFAULT_BUDGET for
+/// 0; `eventq_source_set_budget` changes it), taken in order into one
+/// buffer and handed over together as `data` and `lens` (see
+/// eventq_chan_batch_fn). For a
+/// consumer that can take several messages at once (a binding whose every
+/// call into its language has a fixed cost, a writer that coalesces),
+/// the fixed cost of a callback is paid once per batch.
+///
+/// Every message taken is delivered: no callback runs while a batch is
+/// taken, so nothing a callback does (stop, remove, fail) leaves a message
+/// taken and not delivered; the later messages stay in the channel. After
+/// the channel is closed and drained, the callback runs once more with
+/// data NULL and count 0, and the source is disabled. Budget, end of
+/// stream, several loops on one channel, ownership, `out` and callbacks as
+/// for `eventq_loop_add_chan`; `eventq_loop_run_once` counts a batch as one
+/// callback.
+///
+/// Returns 0; -EINVAL for a NULL loop, chan or cb; -EEXIST if this loop
+/// already has a source for the channel.
+///
+/// Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn eventq_loop_add_chan_batch(
+    lp: *const eventq_loop,
+    chan: *const eventq_chan,
+    budget: usize,
+    cb: eventq_chan_batch_fn,
+    userdata: *mut c_void,
+    destroy: eventq_destroy_fn,
+    out: *mut *mut eventq_source,
+) -> c_int {
+    boundary!(PANIC, {
+        let hook = Hook::new(userdata, destroy);
+        // SAFETY: out is NULL or points to a handle pointer (header).
+        let out = unsafe { out_ref(out) };
+        // SAFETY: lp is NULL or a loop from eventq_loop_new, not freed
+        // (header).
+        let lp = try_c!(unsafe { loop_ref(lp) });
+        // SAFETY: chan is NULL or a handle from eventq_chan_new or _clone,
+        // not freed (header).
+        let chan = try_c!(unsafe { super::chan::chan_ref(chan) });
+        let Some(cb) = cb else {
+            return -libc::EINVAL;
+        };
+        let on_event = move |src, ud, ev: Event<'_>| match ev {
+            Event::Batch(b) => status(cb(
+                src,
+                b.data().as_ptr().cast(),
+                b.lens().as_ptr(),
+                b.len(),
+                ud,
+            )),
+            Event::Closed => status(cb(src, ptr::null(), ptr::null(), 0, ud)),
+            _ => Ok(()),
+        };
+        let budget = if budget == 0 {
+            EVENTQ_DEFAULT_BUDGET
+        } else {
+            budget
+        };
+        add_source(lp, hook, out, on_event, |make| {
+            lp.add_with_budget(NewSource::Chan { chan, batch: true }, budget, make)
         })
     })
 }

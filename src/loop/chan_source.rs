@@ -13,6 +13,10 @@
 //!   `epoll_wait`, which would only report it again.
 //! - A dispatch that ends with messages left hands the wake on to another
 //!   loop consuming the channel (`LoopConsumer::pass_on`, D4).
+//! - A batch source (`Loop::add_chan_batch`) takes the messages of one
+//!   budget into one buffer, in order, and calls back once for them all;
+//!   since no callback runs while they are taken, every message taken is
+//!   delivered, as for the one-at-a-time form.
 //! - After a closed channel is drained the callback runs once more with
 //!   `Event::Closed` and the source is disabled, since its fd would stay
 //!   readable forever.
@@ -22,7 +26,7 @@ use std::sync::atomic::Ordering;
 
 use parking_lot::MutexGuard;
 
-use super::event::{panicked, Event};
+use super::event::{panicked, Batch, Event};
 use super::table::{Kind, SourceId, Table};
 use super::Loop;
 use crate::chan::EachEnd;
@@ -52,10 +56,12 @@ impl Loop {
         let Kind::Chan {
             consumer,
             closed_delivered,
+            batch,
         } = &entry.kind
         else {
             return 0;
         };
+        let batch = *batch;
         if *closed_delivered {
             // Re-enabled after end of stream, which is delivered once.
             let _ = self.apply_enabled(entry, id, false);
@@ -73,6 +79,11 @@ impl Loop {
         drop(table);
         let chan = consumer.chan();
         let mut spare = std::mem::take(&mut *self.shared.spare.lock());
+        let mut packed = if batch {
+            std::mem::take(&mut *self.shared.batch.lock())
+        } else {
+            (Vec::new(), Vec::new())
+        };
         let mut disables_seen = self.shared.disable_count.load(Ordering::Acquire);
         let mut calls = 0;
         let mut result = Ok(());
@@ -80,6 +91,48 @@ impl Loop {
         // removal), as opposed to the budget or the queue ending it.
         let mut cut_short = false;
         let end = loop {
+            if batch {
+                // The batch form: every message the budget allows, taken in
+                // order into one buffer, then one callback for them all. No
+                // callback runs while they are taken, so none is left
+                // undelivered by a stop, removal or failure.
+                let (data, lens) = &mut packed;
+                data.clear();
+                lens.clear();
+                let (n, end) = chan.recv_each(&mut spare, budget, |msg| {
+                    data.extend_from_slice(msg);
+                    lens.push(msg.len());
+                    true
+                });
+                if n > 0 {
+                    calls += 1;
+                    let ev = Event::Batch(Batch::new(data, lens));
+                    if let Err(e) = self.call(&mut cb, id, ev) {
+                        result = Err(e);
+                        cut_short = true;
+                    } else if self.stopped(stops_seen) {
+                        cut_short = true;
+                    } else {
+                        let now = self.shared.disable_count.load(Ordering::Acquire);
+                        if now != disables_seen {
+                            disables_seen = now;
+                            cut_short = !self.is_live(id);
+                        }
+                    }
+                }
+                if end == EachEnd::Stopped {
+                    consumer.pass_on();
+                }
+                if end != EachEnd::Stopped
+                    || cut_short
+                    || !lone_source_may_go_on
+                    || self.stopped(stops_seen)
+                    || !self.nothing_else_to_do()
+                {
+                    break end;
+                }
+                continue;
+            }
             // One catch_unwind for the whole batch rather than one per
             // message (`call`), which costs a store-forwarding stall per
             // call. A panic leaves the channel consistent: `recv_each`
@@ -131,7 +184,10 @@ impl Loop {
                 break end;
             }
         };
-        if end == EachEnd::Closed {
+        // A batch callback that failed, stopped the loop or removed its
+        // source after the channel's last message gets end of stream at its
+        // next dispatch (the channel stays closed and drained).
+        if end == EachEnd::Closed && !cut_short {
             calls += 1;
             result = self.call(&mut cb, id, Event::Closed);
             if let Some(entry) = self.shared.table.lock().get_mut(id) {
@@ -145,6 +201,9 @@ impl Loop {
             }
         }
         *self.shared.spare.lock() = spare;
+        if batch {
+            *self.shared.batch.lock() = packed;
+        }
         self.finish(id, cb, result);
         calls
     }

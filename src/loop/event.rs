@@ -51,6 +51,9 @@ pub enum Event<'a> {
     Timer(u64),
     /// A channel source's next message.
     Message(&'a [u8]),
+    /// A batch channel source's next messages, in order (see
+    /// [`Loop::add_chan_batch`]); never empty.
+    Batch(Batch<'a>),
     /// A channel source's channel is closed and drained; after this call the
     /// source is disabled.
     Closed,
@@ -59,6 +62,51 @@ pub enum Event<'a> {
     /// A memory watch's event (see [`crate::memcg`]). After
     /// `MemEvent::Removed` the source is disabled.
     Memory(MemEvent),
+}
+
+/// The messages of one batch: packed back to back in one buffer, with
+/// their lengths.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Batch<'a> {
+    data: &'a [u8],
+    lens: &'a [usize],
+}
+
+impl<'a> Batch<'a> {
+    pub(super) fn new(data: &'a [u8], lens: &'a [usize]) -> Batch<'a> {
+        debug_assert_eq!(lens.iter().sum::<usize>(), data.len());
+        Batch { data, lens }
+    }
+
+    /// The number of messages.
+    pub fn len(&self) -> usize {
+        self.lens.len()
+    }
+
+    /// Whether there is no message (never, for a batch a callback gets).
+    pub fn is_empty(&self) -> bool {
+        self.lens.is_empty()
+    }
+
+    /// The messages packed back to back.
+    pub fn data(&self) -> &'a [u8] {
+        self.data
+    }
+
+    /// Each message's length, in order.
+    pub fn lens(&self) -> &'a [usize] {
+        self.lens
+    }
+
+    /// The messages, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let data = self.data;
+        self.lens.iter().scan(0usize, move |off, &n| {
+            let m = &data[*off..*off + n];
+            *off += n;
+            Some(m)
+        })
+    }
 }
 
 /// A source's callback. An `Err` disables the source and is kept as its

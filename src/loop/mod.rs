@@ -36,7 +36,7 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 
 pub use self::chan_source::DEFAULT_BUDGET;
-pub use self::event::{events, Callback, Event};
+pub use self::event::{events, Batch, Callback, Event};
 pub use self::posts::POST_CAPACITY;
 pub use self::table::SourceId;
 
@@ -56,8 +56,9 @@ pub(crate) enum NewSource<'a> {
     Fd { fd: RawFd, events: u32 },
     /// A timerfd armed to fire `first` from now, then every `interval`.
     Timer { first: Duration, interval: Duration },
-    /// A channel's receive side.
-    Chan(&'a Chan),
+    /// A channel's receive side; `batch`: one callback per batch of
+    /// messages (`Event::Batch`) instead of one per message.
+    Chan { chan: &'a Chan, batch: bool },
     /// A signal number.
     Signal(i32),
     /// A memory watch, which the source takes over.
@@ -92,6 +93,9 @@ struct Shared {
     /// is never copied. Only the running thread dispatches and it takes the
     /// buffer out for the duration, so the lock is never contended.
     spare: Mutex<Vec<u8>>,
+    /// Batch channel sources' buffers (the messages packed back to back and
+    /// their lengths), taken out by the running dispatch like `spare`.
+    batch: Mutex<(Vec<u8>, Vec<usize>)>,
 }
 
 /// An event loop. `Send + Sync`: sources can be added, changed and removed
@@ -181,6 +185,7 @@ impl Loop {
             stop_count: AtomicU64::new(0),
             disable_count: AtomicU64::new(0),
             spare: Mutex::new(Vec::new()),
+            batch: Mutex::new((Vec::new(), Vec::new())),
         });
         Ok(Loop { shared })
     }
@@ -233,7 +238,23 @@ impl Loop {
         chan: &Chan,
         cb: impl FnMut(&Loop, SourceId, Event<'_>) -> Result<()> + Send + 'static,
     ) -> Result<SourceId> {
-        self.add_with(NewSource::Chan(chan), |_| Box::new(cb))
+        self.add_with(NewSource::Chan { chan, batch: false }, |_| Box::new(cb))
+    }
+
+    /// As [`Loop::add_chan`], but the callback runs once per batch of
+    /// messages, with [`Event::Batch`]: every message the channel holds, up
+    /// to the source's budget, taken in order and handed over together, so
+    /// a consumer that can handle several at once pays the callback's fixed
+    /// cost once per batch. Every message of a batch is delivered by that
+    /// call: a stop, removal or failure that the callback makes leaves the
+    /// later messages in the channel, as for `add_chan`. End of stream is
+    /// one more call, with `Event::Closed`.
+    pub fn add_chan_batch(
+        &self,
+        chan: &Chan,
+        cb: impl FnMut(&Loop, SourceId, Event<'_>) -> Result<()> + Send + 'static,
+    ) -> Result<SourceId> {
+        self.add_with(NewSource::Chan { chan, batch: true }, |_| Box::new(cb))
     }
 
     /// Calls back when `signo` arrives. Blocks the signal in the calling
@@ -272,6 +293,17 @@ impl Loop {
         source: NewSource<'_>,
         make: impl FnOnce(SourceId) -> Callback,
     ) -> Result<SourceId> {
+        self.add_with_budget(source, DEFAULT_BUDGET, make)
+    }
+
+    /// `add_with` for a channel source whose budget starts at `budget` (at
+    /// least 1), so that its first dispatch already keeps to it.
+    pub(crate) fn add_with_budget(
+        &self,
+        source: NewSource<'_>,
+        budget: usize,
+        make: impl FnOnce(SourceId) -> Callback,
+    ) -> Result<SourceId> {
         // A signal this call blocked, to unblock if the add fails.
         let mut blocked_here = None;
         let (kind, events) = match source {
@@ -288,10 +320,11 @@ impl Loop {
                 let periodic = !interval.is_zero();
                 (Kind::Timer { tfd, periodic }, events::IN)
             }
-            NewSource::Chan(chan) => {
+            NewSource::Chan { chan, batch } => {
                 let kind = Kind::Chan {
                     consumer: Arc::new(chan.loop_consumer()),
                     closed_delivered: false,
+                    batch,
                 };
                 // Exclusive: when several loops consume one channel, a
                 // message wakes one of them, not all (each passes an end of
@@ -327,7 +360,7 @@ impl Loop {
                 (Kind::Memory(Box::new(watch)), events)
             }
         };
-        let res = self.insert(Entry::new(kind, events, DEFAULT_BUDGET), make);
+        let res = self.insert(Entry::new(kind, events, budget.max(1)), make);
         if let (Err(_), Some(signo)) = (&res, blocked_here) {
             // A failed add leaves the caller's signal mask as it found it.
             unblock_signal(signo);

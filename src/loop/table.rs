@@ -64,6 +64,9 @@ pub(super) enum Kind {
         consumer: Arc<LoopConsumer>,
         /// `Event::Closed` was delivered; it is delivered once only.
         closed_delivered: bool,
+        /// Delivers its messages a batch per callback (`Event::Batch`),
+        /// not one per callback.
+        batch: bool,
     },
     Signal {
         sfd: SignalFd,
