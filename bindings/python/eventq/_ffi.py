@@ -114,6 +114,11 @@ typedef int (*eventq_chan_fn)(struct eventq_source *src,
                               const void *data,
                               size_t len,
                               void *userdata);
+typedef int (*eventq_chan_batch_fn)(struct eventq_source *src,
+                                    const void *data,
+                                    const size_t *lens,
+                                    size_t count,
+                                    void *userdata);
 typedef int (*eventq_signal_fn)(struct eventq_source *src, int signo, void *userdata);
 
 typedef struct eventq_memcg_delta {
@@ -222,6 +227,13 @@ int eventq_loop_add_chan(const struct eventq_loop *lp,
                          void *userdata,
                          eventq_destroy_fn destroy,
                          struct eventq_source **out);
+int eventq_loop_add_chan_batch(const struct eventq_loop *lp,
+                               const struct eventq_chan *chan,
+                               size_t budget,
+                               eventq_chan_batch_fn cb,
+                               void *userdata,
+                               eventq_destroy_fn destroy,
+                               struct eventq_source **out);
 int eventq_loop_add_signal(const struct eventq_loop *lp,
                            int signo,
                            eventq_signal_fn cb,
