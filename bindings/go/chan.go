@@ -77,7 +77,6 @@ import "C"
 
 import (
 	"context"
-	"errors"
 	"os"
 	"runtime"
 	"sync"
@@ -85,6 +84,7 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+	"weak"
 )
 
 const (
@@ -104,15 +104,38 @@ var liveChans atomic.Int64
 //
 // # Waiting
 //
-// Send on a full channel and Recv on an empty one wait in Go's netpoller,
-// parked like a goroutine reading a socket: no OS thread is blocked. Each
-// waiter polls its own duplicate of the channel's fd (kept in a small pool
-// and reused), so any number of goroutines can wait at once, each with its
-// own context. A context ends a wait with ctx.Err(); a message is never
-// taken and then dropped because of a cancellation. Each waiting goroutine
-// holds one fd while it waits (up to 16 per direction stay open for reuse),
-// and every waiter on a side wakes when that side's fd is raised; one of
-// them gets the message, the others park again.
+// Send on a full channel and Recv on an empty one wait without blocking an
+// OS thread, and any number of goroutines may wait on one handle at once,
+// each with its own context; a context ends a wait with ctx.Err(), and a
+// message is never taken and then dropped because of a cancellation.
+//
+// Each side of a handle (receiving, sending) has one queue of waiting
+// goroutines, and only one goroutine at a time polls the side's fd in Go's
+// netpoller. A goroutine that waits alone polls it itself. Those that come
+// while one waits queue, and then the poller, a goroutine of the handle
+// that runs while the queue is not empty, polls for them: on each event it
+// makes the attempts of the goroutines at the head of the queue, oldest
+// first, on their behalf, and wakes each with what its attempt got, until
+// one is refused. So an event wakes the poller alone, and a message wakes
+// the one goroutine it is for, however many wait: 64 idle workers on one
+// channel cost about one receive attempt per message (without the queue
+// each goroutine would poll a dup of the fd of its own, and every one of
+// them would wake for each message, since the netpoller cannot register
+// an fd with EPOLLEXCLUSIVE). A goroutine that took a message may leave
+// others behind; the poller then looks again before it parks (the hand-on
+// of D4), and close (D6) reaches every waiter, each attempt returning
+// ErrClosed. A goroutine whose context ends leaves the queue at once; if
+// its attempt is running just then, it waits for it and returns what it
+// took.
+//
+// A call that finds a message (or room) never queues: it costs one cgo
+// call as it would alone. While goroutines wait on an empty channel and
+// the poller has looked since the last message, a new Recv joins the queue
+// without an attempt of its own (it would be refused). Waiting goroutines
+// are served in the order they came; a call that finds a message takes it
+// even while others wait. C threads, loops and other processes that take
+// messages from the same channel are no concern: the poller looks again
+// after any event. docs/design.md ("The Go binding") says why.
 //
 // # Close and Release
 //
@@ -140,12 +163,13 @@ var liveChans atomic.Int64
 // and at 8 KiB or more become resident only as messages reach them: an
 // idle channel costs about 1 KiB. The first message longer than 48 bytes
 // allocates a buffer per slot (32 bytes each), and a slot that has carried
-// such a message keeps its buffer for reuse (up to 64 KiB). Each goroutine
-// waiting in Send or Recv holds one more fd, a dup of the send or receive
-// eventfd; up to 16 idle ones per direction stay open for reuse until
-// Release. A process-shared channel (NewSharedChan) differs: its slots are
-// a memfd of about capacity times the message limit, and its receive and
-// send fds are epoll fds made with it.
+// such a message keeps its buffer for reuse (up to 64 KiB). A handle on
+// which goroutines have waited holds one more fd per side, a dup of the
+// receive or send eventfd that they wait on, until Release; the poller
+// goroutine runs only while two or more wait. A process-shared channel
+// (NewSharedChan) differs: its slots are a memfd of about capacity times
+// the message limit, and its receive and send fds are epoll fds made with
+// it.
 type Chan struct {
 	ptr    *C.eventq_chan
 	handle C.uintptr_t // ptr as an integer, for the eq_* wrappers
@@ -153,11 +177,16 @@ type Chan struct {
 	sendFd atomic.Int32 // -1 until first asked for (sendFdOnce)
 	ref    splitRef     // counters on their own cache lines
 
-	mu       sync.Mutex
-	released bool
-	idle     [2][]*waiter         // pooled waiters per direction (dirRecv, dirSend)
-	files    map[*waiter]struct{} // every open waiter, idle or busy
-	final    atomic.Pointer[Stats]
+	// waits are the queues of waiting goroutines per direction (dirRecv,
+	// dirSend), made by the first wait; objects of their own, so that a
+	// poller goroutine does not keep the Chan reachable (its finalizer is
+	// the backstop of Release).
+	waits [2]atomic.Pointer[waitq]
+
+	mu        sync.Mutex
+	released  bool
+	selectors map[weak.Pointer[Selector]]struct{} // the selectors this handle is a member of
+	final     atomic.Pointer[Stats]
 }
 
 // Stats are a channel's counters (the C eventq_chan_stats).
@@ -273,7 +302,6 @@ func wrapChan(p *C.eventq_chan) *Chan {
 		ptr:    p,
 		handle: C.uintptr_t(uintptr(unsafe.Pointer(p))),
 		recvFd: int(C.eventq_chan_recv_fd(p)),
-		files:  make(map[*waiter]struct{}),
 	}
 	c.sendFd.Store(-1)
 	c.ref.init()
@@ -368,17 +396,24 @@ func (c *Chan) finalize() {
 	}
 }
 
-// shutdown closes the waiters' files (waking their goroutines) and drops
-// the owner's reference.
+// shutdown wakes the goroutines waiting on this handle (and the selectors
+// it is a member of) and drops the owner's reference.
 func (c *Chan) shutdown() {
 	c.mu.Lock()
 	c.released = true
-	files := c.files
-	c.files = nil
-	c.idle = [2][]*waiter{}
+	sels := c.selectors
+	c.selectors = nil
 	c.mu.Unlock()
-	for w := range files {
-		w.f.Close()
+	for d := range c.waits {
+		// A queue made from now on finds c.released (waitq).
+		if q := c.waits[d].Load(); q != nil {
+			q.release(ErrReleased)
+		}
+	}
+	for p := range sels {
+		if s := p.Value(); s != nil {
+			s.memberReleased(c)
+		}
 	}
 	if c.ref.releaseOwner() {
 		c.free()
@@ -555,7 +590,7 @@ func (c *Chan) Send(ctx context.Context, msg []byte) error {
 // closure. It gives back the caller's reference.
 func (c *Chan) sendWait(ctx context.Context, msg []byte) error {
 	defer c.done(refSend)
-	rc, err := c.wait(ctx, dirSend, func() C.int { return c.trySend(msg) })
+	rc, err := c.wait(ctx, dirSend, func() C.int { return c.trySend(msg) }, true)
 	if err != nil {
 		return err
 	}
@@ -682,7 +717,7 @@ func (c *Chan) trySendPacked(buf []byte, lens []int) C.int {
 
 // sendPackedWait is apart so that the fast path allocates no closure.
 func (c *Chan) sendPackedWait(ctx context.Context, buf []byte, lens []int) (C.int, error) {
-	return c.wait(ctx, dirSend, func() C.int { return c.trySendPacked(buf, lens) })
+	return c.wait(ctx, dirSend, func() C.int { return c.trySendPacked(buf, lens) }, true)
 }
 
 // --- Receiving -------------------------------------------------------------
@@ -729,22 +764,34 @@ func (c *Chan) TryRecv() ([]byte, error) {
 }
 
 // Recv returns the next message (a new slice of exactly its length),
-// waiting in the netpoller while the channel is empty. It returns
-// ErrClosed at end of stream (closed and drained) and ctx.Err() if ctx is
-// done first; a done ctx does not stop a Recv that finds a message at
-// once.
+// waiting while the channel is empty. It returns ErrClosed at end of
+// stream (closed and drained) and ctx.Err() if ctx is done first; a done
+// ctx does not stop a Recv that finds a message at once.
+//
+// Any number of goroutines may Recv on one handle, as the workers of a
+// pool do: those that find the channel empty wait in one queue, in the
+// order they came, and each message wakes the one goroutine it goes to,
+// not all of them (see "Waiting" in the type's documentation). A worker
+// that stops (its ctx done) loses nothing and leaves nothing behind.
 //
 // Cost: one cgo call and one allocation (the returned slice) per message
 // when one is queued (two cgo calls for messages over 256 bytes, the
 // second straight into the new slice). RecvInto and RecvBatchInto
-// allocate nothing.
+// allocate nothing. A Recv that waits alone costs two more receive
+// attempts (refused) and a wake-up from the netpoller; one that waits
+// behind others, none (it queues while the poller has found the channel
+// empty) and two goroutine switches, the poller's wake-up and its
+// hand-over.
 func (c *Chan) Recv(ctx context.Context) ([]byte, error) {
 	if !c.use(refOther) {
 		return nil, ErrReleased
 	}
+	if c.skip() {
+		return c.recvWait(ctx, false)
+	}
 	msg, rc := c.tryRecv()
 	if rc == eagain {
-		return c.recvWait(ctx)
+		return c.recvWait(ctx, true)
 	}
 	c.done(refOther)
 	return msg, chanErr(rc)
@@ -752,14 +799,14 @@ func (c *Chan) Recv(ctx context.Context) ([]byte, error) {
 
 // recvWait is Recv's slow path, apart so that the fast path allocates no
 // closure. It gives back the caller's reference.
-func (c *Chan) recvWait(ctx context.Context) ([]byte, error) {
+func (c *Chan) recvWait(ctx context.Context, tried bool) ([]byte, error) {
 	defer c.done(refOther)
 	var msg []byte
 	rc, err := c.wait(ctx, dirRecv, func() C.int {
 		var r C.int
 		msg, r = c.tryRecv()
 		return r
-	})
+	}, tried)
 	if err != nil {
 		return nil, err
 	}
@@ -778,20 +825,23 @@ func (c *Chan) RecvInto(ctx context.Context, buf []byte) (int, error) {
 	if !c.use(refOther) {
 		return 0, ErrReleased
 	}
+	if c.skip() {
+		return c.recvIntoWait(ctx, buf, false)
+	}
 	var n C.size_t
 	rc := c.tryRecvInto(buf, &n)
 	if rc == eagain {
-		return c.recvIntoWait(ctx, buf)
+		return c.recvIntoWait(ctx, buf, true)
 	}
 	c.done(refOther)
 	return recvIntoResult(rc, n)
 }
 
 // recvIntoWait gives back the caller's reference.
-func (c *Chan) recvIntoWait(ctx context.Context, buf []byte) (int, error) {
+func (c *Chan) recvIntoWait(ctx context.Context, buf []byte, tried bool) (int, error) {
 	defer c.done(refOther)
 	var n C.size_t
-	rc, err := c.wait(ctx, dirRecv, func() C.int { return c.tryRecvInto(buf, &n) })
+	rc, err := c.wait(ctx, dirRecv, func() C.int { return c.tryRecvInto(buf, &n) }, tried)
 	if err != nil {
 		return 0, err
 	}
@@ -886,9 +936,12 @@ func (c *Chan) RecvBatch(ctx context.Context, max int) ([][]byte, error) {
 			batchPool.Put(s)
 		}
 	}()
+	if c.skip() {
+		return c.recvBatchWait(ctx, s, max, false)
+	}
 	msgs, rc := c.tryRecvBatch(s, max)
 	if rc == eagain {
-		return c.recvBatchWait(ctx, s, max)
+		return c.recvBatchWait(ctx, s, max, true)
 	}
 	if rc < 0 {
 		return nil, chanErr(rc)
@@ -896,13 +949,13 @@ func (c *Chan) RecvBatch(ctx context.Context, max int) ([][]byte, error) {
 	return msgs, nil
 }
 
-func (c *Chan) recvBatchWait(ctx context.Context, s *batchScratch, max int) ([][]byte, error) {
+func (c *Chan) recvBatchWait(ctx context.Context, s *batchScratch, max int, tried bool) ([][]byte, error) {
 	var msgs [][]byte
 	rc, err := c.wait(ctx, dirRecv, func() C.int {
 		var r C.int
 		msgs, r = c.tryRecvBatch(s, max)
 		return r
-	})
+	}, tried)
 	if err != nil {
 		return nil, err
 	}
@@ -934,18 +987,21 @@ func (c *Chan) RecvBatchInto(ctx context.Context, buf []byte, lens []int) (int, 
 	if !c.use(refOther) {
 		return 0, ErrReleased
 	}
+	if c.skip() {
+		return c.recvBatchIntoWait(ctx, buf, lens, false)
+	}
 	rc := c.tryRecvBatchInto(buf, lens)
 	if rc == eagain {
-		return c.recvBatchIntoWait(ctx, buf, lens)
+		return c.recvBatchIntoWait(ctx, buf, lens, true)
 	}
 	c.done(refOther)
 	return recvBatchIntoResult(rc, lens)
 }
 
 // recvBatchIntoWait gives back the caller's reference.
-func (c *Chan) recvBatchIntoWait(ctx context.Context, buf []byte, lens []int) (int, error) {
+func (c *Chan) recvBatchIntoWait(ctx context.Context, buf []byte, lens []int, tried bool) (int, error) {
 	defer c.done(refOther)
-	rc, err := c.wait(ctx, dirRecv, func() C.int { return c.tryRecvBatchInto(buf, lens) })
+	rc, err := c.wait(ctx, dirRecv, func() C.int { return c.tryRecvBatchInto(buf, lens) }, tried)
 	if err != nil {
 		return 0, err
 	}
@@ -962,7 +1018,7 @@ func recvBatchIntoResult(rc C.int, lens []int) (int, error) {
 	return int(rc), nil
 }
 
-// --- Waiting in the netpoller ---------------------------------------------
+// --- Waiting ---------------------------------------------------------------
 
 type direction int
 
@@ -971,140 +1027,60 @@ const (
 	dirSend
 )
 
-// maxIdleWaiters is how many idle waiter files a Chan keeps per direction.
-const maxIdleWaiters = 16
-
-// waiter is one duplicate of a channel fd in the netpoller, used by one
-// waiting goroutine at a time, so each waiter has its own deadline.
-type waiter struct {
-	f    *os.File
-	conn syscall.RawConn
-}
-
-func (c *Chan) getWaiter(d direction) (*waiter, error) {
-	c.mu.Lock()
-	if c.released {
-		c.mu.Unlock()
-		return nil, ErrReleased
-	}
-	if n := len(c.idle[d]); n > 0 {
-		w := c.idle[d][n-1]
-		c.idle[d] = c.idle[d][:n-1]
-		c.mu.Unlock()
-		return w, nil
-	}
-	c.mu.Unlock()
-	fd, name := c.recvFd, "eventq-recv"
-	if d == dirSend {
-		var err error
-		if fd, err = c.sendFdOnce(); err != nil {
-			return nil, err
-		}
-		name = "eventq-send"
-	}
-	f, err := c.dupFile(fd, name)
-	if err != nil {
-		return nil, err
-	}
-	conn, err := f.SyscallConn()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	w := &waiter{f: f, conn: conn}
-	c.mu.Lock()
-	if c.released {
-		c.mu.Unlock()
-		f.Close()
-		return nil, ErrReleased
-	}
-	c.files[w] = struct{}{}
-	c.mu.Unlock()
-	return w, nil
-}
-
-func (c *Chan) putWaiter(d direction, w *waiter) {
-	c.mu.Lock()
-	if !c.released && len(c.idle[d]) < maxIdleWaiters {
-		c.idle[d] = append(c.idle[d], w)
-		c.mu.Unlock()
-		return
-	}
-	if c.files != nil {
-		delete(c.files, w)
-	}
-	c.mu.Unlock()
-	w.f.Close()
-}
-
-// parkHook, if set (by the tests), runs each time a waiter is about to
-// park in the netpoller.
+// parkHook, if set (by the tests), runs each time a goroutine is about to
+// wait in Send or Recv: to park in the netpoller, or to block in the queue
+// (see waitq).
 var parkHook atomic.Pointer[func(*Chan, direction)]
 
-// aLongTimeAgo is a deadline in the past: setting it wakes a waiter now.
-var aLongTimeAgo = time.Unix(1, 0)
-
-// deadlineWhenDone makes reads of f fail with os.ErrDeadlineExceeded once
-// ctx is done (context.AfterFunc sets a deadline in the past). The
-// function it returns ends the watch; if the deadline was set (or is being
-// set), it waits for that and clears it, so f can be waited on again.
-func deadlineWhenDone(ctx context.Context, f *os.File) (unwatch func()) {
-	if ctx.Done() == nil {
-		return func() {}
-	}
-	fired := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		f.SetReadDeadline(aLongTimeAgo)
-		close(fired)
-	})
-	return func() {
-		if !stop() {
-			<-fired
-			f.SetReadDeadline(time.Time{})
-		}
-	}
+// skip reports whether a receive should queue without an attempt of its
+// own (see waitq).
+func (c *Chan) skip() bool {
+	q := c.waits[dirRecv].Load()
+	return q != nil && q.hint.Load()&hintSkip != 0
 }
 
-// wait parks the goroutine in the netpoller on the channel's receive or
-// send fd until op, a non-blocking attempt, returns something other than
-// -EAGAIN; it returns that code. op runs inside SyscallConn().Read: a
-// false return (EAGAIN) waits for the fd's next eventfd write, since the
-// netpoller is edge-triggered. The library owes every call that returned
-// -EAGAIN such a write no later than when the call would succeed (a
-// message to receive; the send fd's low-water rule) or the channel
-// closes, so a parked waiter is never forgotten. ctx ends the wait through
-// a read deadline set by context.AfterFunc; the error is then ctx.Err().
-// op never runs after the wait has ended, so nothing it took is lost.
-func (c *Chan) wait(ctx context.Context, d direction, op func() C.int) (C.int, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
+// waitq returns the queue of direction d, made on first use. One made
+// after Release is released at once.
+func (c *Chan) waitq(d direction) *waitq {
+	if q := c.waits[d].Load(); q != nil {
+		return q
 	}
-	w, err := c.getWaiter(d)
+	q := newWaitq(d == dirRecv, d == dirRecv)
+	if !c.waits[d].CompareAndSwap(nil, q) {
+		return c.waits[d].Load()
+	}
+	c.mu.Lock()
+	released := c.released
+	c.mu.Unlock()
+	if released {
+		q.release(ErrReleased)
+	}
+	return q
+}
+
+// wait makes op, a non-blocking attempt, until it returns something other
+// than -EAGAIN, and returns that, waiting in the side's queue in between
+// (waitq.wait; tried as there). The library owes every attempt
+// refused with -EAGAIN an event on the fd no later than when an attempt
+// would succeed (a message to receive; the send fd's low-water rule) or the
+// channel closes (D9), so a queue whose poller looked is never forgotten.
+// ctx ends the wait with ctx.Err(); op's outcome is never dropped.
+func (c *Chan) wait(ctx context.Context, d direction, op func() C.int, tried bool) (C.int, error) {
+	var hook func()
+	if ph := parkHook.Load(); ph != nil {
+		hook = func() { (*ph)(c, d) }
+	}
+	return c.waitq(d).wait(ctx, op, tried, func() (*os.File, error) { return c.waitFile(d) }, hook)
+}
+
+// waitFile makes the file a side's poller waits on: a dup of its fd.
+func (c *Chan) waitFile(d direction) (*os.File, error) {
+	if d == dirRecv {
+		return c.dupFile(c.recvFd, "eventq-recv")
+	}
+	fd, err := c.sendFdOnce()
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	unwatch := deadlineWhenDone(ctx, w.f)
-	var rc C.int
-	rerr := w.conn.Read(func(uintptr) bool {
-		if rc = op(); rc != eagain {
-			return true
-		}
-		if h := parkHook.Load(); h != nil {
-			(*h)(c, d)
-		}
-		return false
-	})
-	unwatch() // before the waiter goes back to the pool
-	c.putWaiter(d, w)
-	switch {
-	case rerr == nil:
-		return rc, nil
-	case errors.Is(rerr, os.ErrDeadlineExceeded) && ctx.Err() != nil:
-		return 0, ctx.Err()
-	case c.ref.closed():
-		// Release closed the waiter's file ("use of closed file").
-		return 0, ErrReleased
-	default:
-		return 0, rerr
-	}
+	return c.dupFile(fd, "eventq-send")
 }

@@ -9,10 +9,12 @@
 // pending: every message a send accepted is received exactly once, whole,
 // and in its producer's order, whichever side of the cgo line sends or
 // receives. Goroutines that wait on a Chan (receiving from an empty one,
-// sending to a full one) park in Go's netpoller, not on an OS thread, and a
-// context.Context ends the wait. [RecvAny] waits on several channels at
-// once and takes one message from one of them, losing nothing when the
-// caller stops.
+// sending to a full one) wait in Go's netpoller, not on an OS thread, and
+// a context.Context ends the wait; any number of goroutines may wait on
+// one channel, as a worker pool does, and each message wakes one of them.
+// A [Selector] waits on a set of channels built once, at a cost that does
+// not grow with the set, and takes one message from one of them, losing
+// nothing when the caller stops; [RecvAny] is its one-shot form.
 //
 // A channel made with [NewSharedChan] carries messages between two
 // processes: its ring lives in a sealed memfd, one process sends and the

@@ -10,7 +10,7 @@ func LiveChans() int64 { return liveChans.Load() }
 func LiveHandles() int64 { return liveHandles.Load() }
 
 // SetParkHook makes fn run each time a send (send true) or receive (send
-// false) on c is about to park in the netpoller; nil removes it.
+// false) on c is about to wait (it queued); nil removes it.
 func SetParkHook(c *Chan, fn func(send bool)) {
 	if fn == nil {
 		parkHook.Store(nil)
@@ -24,12 +24,23 @@ func SetParkHook(c *Chan, fn func(send bool)) {
 	parkHook.Store(&h)
 }
 
+// SetParkHookAll makes fn run each time a send or receive on any channel
+// is about to wait; nil removes it (and any SetParkHook's).
+func SetParkHookAll(fn func(c *Chan, send bool)) {
+	if fn == nil {
+		parkHook.Store(nil)
+		return
+	}
+	h := func(ch *Chan, d direction) { fn(ch, d == dirSend) }
+	parkHook.Store(&h)
+}
+
 // CgoCall makes one cgo call that does nothing (eventq_version), to
 // measure the crossing alone.
 func CgoCall() { libVersion() }
 
-// SetSelectParkHook makes fn run each time RecvAny is about to park in the
-// netpoller; nil removes it.
+// SetSelectParkHook makes fn run each time RecvAny or a Selector's Recv is
+// about to wait; nil removes it.
 func SetSelectParkHook(fn func()) {
 	if fn == nil {
 		selectParkHook.Store(nil)
