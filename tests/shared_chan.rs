@@ -190,9 +190,16 @@ fn a_second_taker_is_refused_while_the_first_lives() {
     let (a, _b) = UnixStream::pair().unwrap();
     assert!(matches!(tx.send_to(&a), Err(Error::Attached)));
     assert!(matches!(tx.export_fds(), Err(Error::Attached)));
+    // A full ring: the send fd is down, so only the hang-up raises it.
+    for m in [&b"kept"[..], b"2", b"3", b"4"] {
+        tx.send(m, Wait::Never).unwrap();
+    }
+    assert!(!send_ready(&tx));
     drop(rx);
-    // Gone (its end freed): its successor takes the same channel.
-    tx.send(b"kept", Wait::Never).unwrap();
+    // Gone once every copy of its link is closed (a child that a test
+    // running alongside forks holds one until it execs): the send fd says
+    // so, and then its successor takes the same channel.
+    wait_readable(tx.send_fd().unwrap().as_raw_fd(), "the hang-up");
     let (a, b) = UnixStream::pair().unwrap();
     tx.send_to(&a).unwrap();
     let rx2 = Chan::recv_from(&b).unwrap();
