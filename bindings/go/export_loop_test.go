@@ -4,8 +4,8 @@
 package eventq
 
 // SetLoopFreedHook makes fn run each time the cleanup of a dropped Loop
-// frees it; nil removes it.
-func SetLoopFreedHook(fn func()) {
+// frees it, with the LoopID of the loop; nil removes it.
+func SetLoopFreedHook(fn func(id uintptr)) {
 	if fn == nil {
 		loopFreedHook.Store(nil)
 		return
@@ -23,3 +23,6 @@ func SetWaitHook(fn func()) {
 	}
 	waitHook.Store(&fn)
 }
+
+// LoopID is what SetLoopFreedHook's function is given when l is freed.
+func LoopID(l *Loop) uintptr { return uintptr(unsafe.Pointer(l.c.loopRes.ptr)) }

@@ -282,14 +282,14 @@ func (r *loopRes) drop() {
 	if r.ref.close() && r.ref.release() {
 		C.eventq_loop_free(r.ptr)
 		if h := loopFreedHook.Load(); h != nil {
-			(*h)()
+			(*h)(uintptr(unsafe.Pointer(r.ptr)))
 		}
 	}
 }
 
 // loopFreedHook, if set (by the tests), runs when a dropped loop is freed
-// by its cleanup.
-var loopFreedHook atomic.Pointer[func()]
+// by its cleanup, given the freed C loop's address.
+var loopFreedHook atomic.Pointer[func(uintptr)]
 
 func (c *loopCore) use() bool { return c.ref.acquire() }
 

@@ -252,7 +252,13 @@ func TestLoopDroppedWithSelfReferenceIsFreed(t *testing.T) {
 		}
 	}
 	if fds := openFds(t); fds != fds0 {
-		t.Fatalf("%d fds open after %d dropped loops, %d before", fds, loops, fds0)
+		ents, _ := os.ReadDir("/proc/self/fd")
+		var what []string
+		for _, e := range ents {
+			l, _ := os.Readlink("/proc/self/fd/" + e.Name())
+			what = append(what, e.Name()+"->"+l)
+		}
+		t.Fatalf("%d fds open after %d dropped loops, %d before: %v", fds, loops, fds0, what)
 	}
 	// The sources' links go with the loops (their destroy hooks ran).
 	if h := eventq.LiveHandles(); h != handles0 {

@@ -95,11 +95,16 @@ func pacedAttempts(t *testing.T, workers, rounds int, gap time.Duration) (attemp
 	return float64(cgo-int64(rounds)) / float64(rounds), float64(nparked) / float64(rounds)
 }
 
-// One receive attempt per message with 8 and 64 workers, at every
+// One goroutine wakes per message with 8 and 64 workers, at every
 // GOMAXPROCS setting: the message goes to one waiting goroutine and the
 // others stay asleep. (With each goroutine polling a dup of the receive fd
 // of its own, all wake for each message: about 10 attempts per message
-// with 8 workers and 40 to 66 with 64.)
+// with 8 workers and 40 to 66 with 64, and as many waits.) The attempts
+// are about one a message, at most three: the one that takes it, and
+// when the receive fd is seen up after the last message went (its
+// lowering is left to a sender still writing it), the poller's look at
+// the next head; a busy machine makes that more frequent, so the bound is
+// what separates one wake-up from one per worker.
 func TestPoolAttemptsPerMessage(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	for _, procs := range []int{1, 2, 4, 16} {
@@ -108,8 +113,12 @@ func TestPoolAttemptsPerMessage(t *testing.T) {
 			attempts, waits := pacedAttempts(t, workers, 100, 500*time.Microsecond)
 			t.Logf("GOMAXPROCS=%d, %d workers: %.2f receive attempts, %.2f waits per message",
 				procs, workers, attempts, waits)
-			if attempts > 1.5 {
-				t.Errorf("GOMAXPROCS=%d, %d workers: %.2f receive attempts per message, want about 1",
+			if waits > 1.5 {
+				t.Errorf("GOMAXPROCS=%d, %d workers: %.2f waits per message, want 1",
+					procs, workers, waits)
+			}
+			if attempts > 3 {
+				t.Errorf("GOMAXPROCS=%d, %d workers: %.2f receive attempts per message, want 1 to 3",
 					procs, workers, attempts)
 			}
 		}

@@ -370,15 +370,27 @@ func (q *waitq) step(fd uintptr) bool {
 	q.mu.Lock()
 	q.promise = false
 	served := false
+	// A waiter whose message is held back until the poller has looked
+	// again (see the hand-on below); q.mu is held when it is handed.
+	var held *waiter
+	var heldRC C.int
+	handHeld := func() {
+		if held != nil {
+			q.finish(held, heldRC, nil)
+			held = nil
+		}
+	}
 	for {
 		w := q.head
 		if q.released || w == nil {
+			handHeld()
 			q.polling = false
 			q.publish()
 			q.mu.Unlock()
 			return true
 		}
 		if q.promise {
+			handHeld()
 			q.publish()
 			q.mu.Unlock()
 			return false
@@ -417,9 +429,21 @@ func (q *waitq) step(fd uintptr) bool {
 			if !up {
 				q.promise = true
 				q.publish()
+			} else {
+				// Up: messages left, or only a lowering not yet done (the
+				// receive that empties the queue leaves it to a sender
+				// that holds the doorbell lock while it writes the fd).
+				// The next head's attempt tells; w gets its message after
+				// it, so that w, back for another, finds the promise a
+				// refusal makes rather than making a refused attempt too.
+				q.running = nil
+				held, heldRC = w, rc
+				served = true
+				continue
 			}
 		}
 		q.running = nil
+		handHeld()
 		q.finish(w, rc, nil)
 		served = true
 	}
