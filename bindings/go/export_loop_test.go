@@ -3,8 +3,10 @@
 
 package eventq
 
+import "unsafe"
+
 // SetLoopFreedHook makes fn run each time the cleanup of a dropped Loop
-// frees it, with the LoopID of the loop; nil removes it.
+// is about to free it, with the LoopID of the loop; nil removes it.
 func SetLoopFreedHook(fn func(id uintptr)) {
 	if fn == nil {
 		loopFreedHook.Store(nil)

@@ -280,15 +280,16 @@ func NewLoop() (*Loop, error) {
 // hooks delete their links) unless Close already did.
 func (r *loopRes) drop() {
 	if r.ref.close() && r.ref.release() {
-		C.eventq_loop_free(r.ptr)
 		if h := loopFreedHook.Load(); h != nil {
+			// Before the free, so the address names this loop alone.
 			(*h)(uintptr(unsafe.Pointer(r.ptr)))
 		}
+		C.eventq_loop_free(r.ptr)
 	}
 }
 
-// loopFreedHook, if set (by the tests), runs when a dropped loop is freed
-// by its cleanup, given the freed C loop's address.
+// loopFreedHook, if set (by the tests), runs when the cleanup of a dropped
+// loop is about to free it, given the C loop's address.
 var loopFreedHook atomic.Pointer[func(uintptr)]
 
 func (c *loopCore) use() bool { return c.ref.acquire() }
