@@ -13,15 +13,15 @@ thresholds, OOM, pressure levels, PSI, memory.events).
 
 from ._chan import Chan, Stats
 from ._errors import (
-    Attached,
-    BrokenProtocol,
-    Closed,
+    AttachedError,
+    BrokenProtocolError,
+    ClosedError,
     Error,
-    InvalidArgument,
-    MessageTooLarge,
-    Timeout,
-    WouldBlock,
-    WrongSide,
+    InvalidArgumentError,
+    MessageTooLargeError,
+    TimeoutError,
+    WouldBlockError,
+    WrongSideError,
     strerror,
 )
 from ._shared import Consumer, SharedFds, Side
@@ -39,8 +39,10 @@ MAX_CAPACITY: int = _lib.EVENTQ_MAX_CAPACITY
 #: Longest message when neither max_msg_size nor max_bytes says otherwise.
 DEFAULT_MAX_MSG_SIZE: int = _lib.EVENTQ_DEFAULT_MAX_MSG_SIZE
 
-__version__ = "0.2.0"  # the binding's own; it needs libeventq 0.2 or a later 0.x
+__version__ = "0.3.0"  # pyproject.toml's; the library must be 0.3 or a later 0.x (_cdef.py)
 
+# Not TimeoutError: `from eventq import *` must not shadow the builtin with
+# its narrower subclass (use eventq.TimeoutError).
 __all__ = [
     "Chan",
     "Stats",
@@ -48,14 +50,13 @@ __all__ = [
     "SharedFds",
     "Consumer",
     "Error",
-    "Closed",
-    "Timeout",
-    "WouldBlock",
-    "InvalidArgument",
-    "MessageTooLarge",
-    "WrongSide",
-    "BrokenProtocol",
-    "Attached",
+    "ClosedError",
+    "WouldBlockError",
+    "InvalidArgumentError",
+    "MessageTooLargeError",
+    "WrongSideError",
+    "BrokenProtocolError",
+    "AttachedError",
     "strerror",
     "library_path",
     "library_version",

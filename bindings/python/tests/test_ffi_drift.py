@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT OR Apache-2.0
-"""The cffi declarations (eventq/_ffi.py) against include/eventq.h and the
+"""The cffi declarations (eventq/_cdef.py) against include/eventq.h and the
 loaded library, so a change of the C ABI is caught here, declaration by
 declaration, instead of as a crash.
 
@@ -108,8 +108,8 @@ def test_every_declared_function_is_in_the_library() -> None:
 def test_functions_match_the_header(header) -> None:
     _, ffi_h, lib_h = header
     ours, theirs = functions(lib), functions(lib_h)
-    assert sorted(theirs - ours) == [], "in include/eventq.h but not declared in eventq/_ffi.py"
-    assert sorted(ours - theirs) == [], "declared in eventq/_ffi.py but not in include/eventq.h"
+    assert sorted(theirs - ours) == [], "in include/eventq.h but not declared in eventq/_cdef.py"
+    assert sorted(ours - theirs) == [], "declared in eventq/_cdef.py but not in include/eventq.h"
     for name in sorted(ours):
         assert ffi.typeof(getattr(lib, name)).cname == ffi_h.typeof(getattr(lib_h, name)).cname, name
 
