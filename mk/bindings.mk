@@ -154,8 +154,8 @@ stage-python-wheel: $(LIB_SO) $(PY_VENV)/.tools $(PY_WHEEL_DEPS)/.fetched $(TEST
 	rm -rf $(PY_WHEEL_DIR)/built $(PY_WHEEL_DIR)/dist $(PY_DIR)/build $(PY_DIR)/eventq.egg-info
 	$(PY) -m pip wheel -q --disable-pip-version-check --no-build-isolation --no-deps \
 	  -w $(PY_WHEEL_DIR)/built ./$(PY_DIR); rc=$$?; rm -rf $(PY_DIR)/build $(PY_DIR)/eventq.egg-info; exit $$rc
-	$(PY_VENV)/bin/auditwheel show $(PY_WHEEL_DIR)/built/eventq-*.whl
-	$(PY_VENV)/bin/auditwheel repair -w $(PY_WHEEL_DIR)/dist $(PY_WHEEL_DIR)/built/eventq-*.whl
+	PATH=$(CURDIR)/$(PY_VENV)/bin:$$PATH auditwheel show $(PY_WHEEL_DIR)/built/eventq-*.whl
+	PATH=$(CURDIR)/$(PY_VENV)/bin:$$PATH auditwheel repair -w $(PY_WHEEL_DIR)/dist $(PY_WHEEL_DIR)/built/eventq-*.whl
 	@cd $(BUILD) && PYTHONDONTWRITEBYTECODE=1 CC="$(CC)" EVENTQ_WHEEL_DIR=$(CURDIR)/$(PY_WHEEL_DIR)/dist \
 	  EVENTQ_WHEEL_DEPS=$(CURDIR)/$(PY_WHEEL_DEPS) EVENTQ_TEST_PREFIX=$(TEST_PREFIX) \
 	  $(PY) -m pytest -p no:cacheprovider --timeout $(PY_TIMEOUT) $(PYTEST_ARGS) \

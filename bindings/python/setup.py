@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import zlib
 
-from setuptools import setup
+from setuptools import Distribution, setup
 from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build_py import build_py
 
@@ -92,14 +92,15 @@ class BuildPy(build_py):
         os.chmod(dest, 0o755)
 
 
-class BdistWheel(bdist_wheel):
-    def finalize_options(self) -> None:
-        super().finalize_options()
-        self.root_is_pure = False  # it carries a shared library
+class BinaryDistribution(Distribution):
+    def has_ext_modules(self) -> bool:
+        return True  # it carries a shared library: platlib, a platform tag
 
+
+class BdistWheel(bdist_wheel):
     def get_tag(self) -> tuple[str, str, str]:
         _, _, plat = super().get_tag()
         return "py3", "none", plat
 
 
-setup(cmdclass={"build_py": BuildPy, "bdist_wheel": BdistWheel})
+setup(distclass=BinaryDistribution, cmdclass={"build_py": BuildPy, "bdist_wheel": BdistWheel})

@@ -24,6 +24,16 @@ from ._errors import (
     WrongSideError,
     strerror,
 )
+from ._errors import (  # the names of 0.2, kept for the 0.x releases
+    Attached,
+    BrokenProtocol,
+    Closed,
+    InvalidArgument,
+    MessageTooLarge,
+    Timeout,
+    WouldBlock,
+    WrongSide,
+)
 from ._shared import Consumer, SharedFds, Side
 from ._ffi import ffi as _ffi
 from ._ffi import lib as _lib
