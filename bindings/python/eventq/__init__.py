@@ -11,7 +11,7 @@ from any event loop through `chan.fileno()`, and between two processes
 thresholds, OOM, pressure levels, PSI, memory.events).
 """
 
-from ._chan import Chan, Stats
+from ._chan import Chan
 from ._errors import (
     AttachedError,
     BrokenProtocolError,
@@ -48,6 +48,16 @@ DEFAULT_CAPACITY: int = _lib.EVENTQ_DEFAULT_CAPACITY
 MAX_CAPACITY: int = _lib.EVENTQ_MAX_CAPACITY
 #: Longest message when neither max_msg_size nor max_bytes says otherwise.
 DEFAULT_MAX_MSG_SIZE: int = _lib.EVENTQ_DEFAULT_MAX_MSG_SIZE
+
+
+
+def __getattr__(name: str) -> object:
+    if name == "Stats":  # made on first use (_stats.py)
+        from ._stats import Stats
+
+        return Stats
+    raise AttributeError(f"module 'eventq' has no attribute {name!r}")
+
 
 __version__ = "0.3.0"  # pyproject.toml's; the library must be 0.3 or a later 0.x (_cdef.py)
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import array as _array
 import collections
 import contextlib
-import dataclasses
 import errno as _errno
 import operator
 import os
@@ -35,12 +34,15 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Iterator, Sequence
 from itertools import accumulate as _accumulate
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from ._errors import ClosedError, Error, InvalidArgumentError, MessageTooLargeError, TimeoutError, WouldBlockError, error_for, strerror
 from ._ffi import ffi, lib
 from ._shared import Consumer, SharedFds, Side
 from ._wait import SIGNAL_SLICE, poll_fd, wait_readable
+
+if TYPE_CHECKING:
+    from ._stats import Stats
 
 Buffer = Union[bytes, bytearray, memoryview]
 
@@ -74,28 +76,31 @@ _NOTHING: Any = object()
 _SEND_FD = -1
 
 
-@dataclasses.dataclass(frozen=True)
-class Stats:
-    """A snapshot of a channel's counters (eventq_chan_stats)."""
-
-    sent: int  #: messages accepted by sends
-    received: int  #: messages returned by receives
-    pending: int  #: messages queued now
-    pending_bytes: int  #: bytes queued now
-    dropped: int  #: messages discarded when the last handle was freed
-    peak_depth: int  #: most messages ever queued at once
-    recv_doorbell_rings: int  #: receive-fd writes (empty-to-non-empty transitions, close, end-of-stream reports)
-    send_doorbell_rings: int  #: send-fd raises (creation, drains to low water, close)
-    closed: bool  #: the channel is closed
-
-
-_STATS_FIELDS = [f.name for f in dataclasses.fields(Stats)]
+# The fields of eventq_chan_stats, in Stats' order (_stats.py). Stats is a
+# dataclass made on first use: dataclasses imports inspect, which is most
+# of what an import of eventq would cost otherwise.
+_STATS_FIELDS = (
+    "sent",
+    "received",
+    "pending",
+    "pending_bytes",
+    "dropped",
+    "peak_depth",
+    "recv_doorbell_rings",
+    "send_doorbell_rings",
+    "closed",
+)
 
 
-def _stats_of(st: Any) -> Stats:
-    values = {name: getattr(st, name) for name in _STATS_FIELDS}
-    values["closed"] = bool(values["closed"])
-    return Stats(**values)
+def _stats_values(st: Any) -> tuple[Any, ...]:
+    """The counters as plain values (safe in a finalizer: no import)."""
+    return tuple(bool(st.closed) if n == "closed" else getattr(st, n) for n in _STATS_FIELDS)
+
+
+def _make_stats(values: tuple[Any, ...]) -> Stats:
+    from ._stats import Stats
+
+    return Stats(*values)
 
 
 class _Scratch(threading.local):
@@ -298,13 +303,13 @@ class Chan:
         self._adopt(out[0])
 
     def _adopt(self, ptr: Any) -> None:
-        final: list[Optional[Stats]] = [None]
+        final: list[Any] = [None]  # the last counters, as _stats_values
 
-        def free(p: Any, final: list[Optional[Stats]] = final, lib: Any = lib, ffi: Any = ffi,
+        def free(p: Any, final: list[Any] = final, lib: Any = lib, ffi: Any = ffi,
                  size: int = _STATS_SIZE) -> None:
             st = ffi.new("eventq_chan_stats *")
             if lib.eventq_chan_free_final(p, st, size) == 1:
-                final[0] = _stats_of(st)
+                final[0] = _stats_values(st)
 
         self._final = final
         self._stash: collections.deque[bytes] = collections.deque()
@@ -902,7 +907,8 @@ class Chan:
     def final_stats(self) -> Optional[Stats]:
         """The channel's last counters (with `dropped`) if this handle was the
         last one and has been freed; else None."""
-        return self._final[0]
+        values = self._final[0]
+        return None if values is None else _make_stats(values)
 
     def stats(self) -> Stats:
         """A snapshot of the channel's counters."""
@@ -910,7 +916,7 @@ class Chan:
         rc = lib.eventq_chan_get_stats(self._handle(), st, _STATS_SIZE)
         if rc < 0:
             raise error_for(rc, "stats")
-        return _stats_of(st)
+        return _make_stats(_stats_values(st))
 
     def __enter__(self) -> "Chan":
         return self
@@ -949,4 +955,4 @@ class _AsyncMessages:
             raise StopAsyncIteration from None
 
 
-__all__ = ["Chan", "Stats"]
+__all__ = ["Chan"]

@@ -111,7 +111,7 @@ def test_import_is_lazy() -> None:
     coroutine imports asyncio."""
     code = (
         "import sys, eventq\n"
-        "print(sorted(m for m in ('asyncio', 'pycparser', 'cffi.api', 'subprocess') if m in sys.modules))\n"
+        "print(sorted(m for m in ('asyncio', 'pycparser', 'cffi.api', 'subprocess', 'dataclasses') if m in sys.modules))\n"
         "import asyncio\n"
         "ch = eventq.Chan(); ch.send(b'x')\n"
         "print(asyncio.run(ch.recv_async()))\n"
@@ -153,6 +153,25 @@ def _env(**changes: str) -> dict[str, str]:
     e = dict(os.environ)
     e.update(changes)
     return e
+
+
+def test_stats_made_on_first_use_has_the_struct_s_fields() -> None:
+    import dataclasses
+
+    from eventq import Stats  # through the module's __getattr__
+
+    chan_module = sys.modules["eventq._chan"]
+    assert tuple(f.name for f in dataclasses.fields(Stats)) == chan_module._STATS_FIELDS
+    assert set(chan_module._STATS_FIELDS) == {n for n, _ in chan_module.ffi.typeof("eventq_chan_stats").fields}
+    assert Stats is eventq.Stats and Stats.__module__ == "eventq"
+    ch = eventq.Chan()
+    ch.send(b"x")
+    st = ch.stats()
+    assert isinstance(st, Stats) and (st.sent, st.pending, st.closed) == (1, 1, False)
+    assert pickle.loads(pickle.dumps(st)) == st
+    ch.release()
+    final = ch.final_stats
+    assert isinstance(final, Stats) and (final.sent, final.dropped) == (1, 1), final
 
 
 def test_version_is_the_project_s() -> None:
