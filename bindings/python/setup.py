@@ -28,8 +28,9 @@ from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SONAME = "libeventq.so.0"
-# What a libeventq source tree has (the Makefile builds the library).
-TREE_FILES = ("Makefile", "Cargo.toml", "eventq.map")
+# What a libeventq source tree has at its root (its Makefile builds the
+# library, whatever the layout of the crates under it).
+TREE_FILES = ("Makefile", "Cargo.toml")
 
 
 def source_dir() -> str:
