@@ -36,7 +36,16 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from itertools import accumulate as _accumulate
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-from ._errors import ClosedError, Error, InvalidArgumentError, MessageTooLargeError, TimeoutError, WouldBlockError, error_for, strerror
+from ._errors import (
+    ClosedError,
+    Error,
+    InvalidArgumentError,
+    MessageTooLargeError,
+    TimeoutError,
+    WouldBlockError,
+    error_for,
+    strerror,
+)
 from ._ffi import ffi, lib
 from ._shared import Consumer, SharedFds, Side
 from ._wait import SIGNAL_SLICE, poll_fd, wait_readable

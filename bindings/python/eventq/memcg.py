@@ -577,7 +577,9 @@ class Watch:
 
     def _check_ended(self) -> None:
         if self._st.ended:
-            raise WatchEndedError(_errno.ENOENT, f"{self.what}: the cgroup was removed (its REMOVED event was the last)")
+            raise WatchEndedError(
+                _errno.ENOENT, f"{self.what}: the cgroup was removed (its REMOVED event was the last)"
+            )
 
     async def next_async(self, timeout: Optional[float] = None) -> MemoryEvent:
         """next() for asyncio: waits in the running loop, on a reader of the

@@ -111,7 +111,8 @@ def test_import_is_lazy() -> None:
     coroutine imports asyncio."""
     code = (
         "import sys, eventq\n"
-        "print(sorted(m for m in ('asyncio', 'pycparser', 'cffi.api', 'subprocess', 'dataclasses') if m in sys.modules))\n"
+        "lazy = ('asyncio', 'pycparser', 'cffi.api', 'subprocess', 'dataclasses')\n"
+        "print(sorted(m for m in lazy if m in sys.modules))\n"
         "import asyncio\n"
         "ch = eventq.Chan(); ch.send(b'x')\n"
         "print(asyncio.run(ch.recv_async()))\n"

@@ -121,9 +121,10 @@ def test_platform_tag(wheel: Path, zf: zipfile.ZipFile, dist_info: str) -> None:
     arch = platform.machine()
     plats = m[2].split(".")
     assert all(re.fullmatch(rf"(manylinux_\d+_\d+|manylinux\d+|linux)_{arch}", p) for p in plats), plats
-    tags = [v for k, v in (line.split(": ", 1) for line in zf.read(f"{dist_info}/WHEEL").decode().splitlines() if ": " in line) if k == "Tag"]
+    wheel_info = zf.read(f"{dist_info}/WHEEL").decode().splitlines()
+    tags = [line.split(": ", 1)[1] for line in wheel_info if line.startswith("Tag: ")]
     assert tags == [f"py3-none-{p}" for p in plats], tags
-    assert "Root-Is-Purelib: false" in zf.read(f"{dist_info}/WHEEL").decode()
+    assert "Root-Is-Purelib: false" in wheel_info
 
 
 def test_manylinux(wheel: Path) -> None:
