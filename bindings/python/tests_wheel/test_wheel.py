@@ -145,6 +145,9 @@ def test_the_library_is_inside(zf: zipfile.ZipFile, tmp_path: Path) -> None:
     needed = re.findall(r"Shared library: \[([^\]]+)\]", dyn)
     assert not [n for n in needed if "eventq" in n], needed
     assert "RPATH" not in dyn and "RUNPATH" not in dyn, dyn  # nothing outside the wheel
+    ldd = subprocess.run(["ldd", str(so)], capture_output=True, text=True, env=clean_env(), check=True).stdout
+    assert "not found" not in ldd and "eventq" not in ldd.replace(str(so), ""), ldd
+    assert str(env_path("EVENTQ_TEST_PREFIX")) not in ldd and str(REPO) not in ldd, ldd
     syms = subprocess.run(["readelf", "--dyn-syms", "-W", str(so)], capture_output=True, text=True, check=True).stdout
     # The library C users get: each symbol under its eventq.map version node.
     assert re.search(r"\beventq_version@@EVENTQ_0\.2\b", syms), "eventq_version is not versioned EVENTQ_0.2"
