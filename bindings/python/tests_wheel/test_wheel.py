@@ -15,6 +15,7 @@ import email.parser
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import venv
@@ -261,3 +262,25 @@ def test_an_old_system_library_is_refused_by_path(fresh_venv: Path, tmp_path: Pa
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith(f"ImportError: eventq: {so} (the dynamic loader) is libeventq 0.1.0"), last
     assert "unset EVENTQ_USE_SYSTEM_LIBRARY" in last, last
+
+
+# --- building outside the tree -------------------------------------------------
+
+
+def test_a_build_outside_the_tree_says_what_it_needs(tmp_path: Path) -> None:
+    """A copy of bindings/python (as an sdist unpacks) finds no source tree
+    two levels up: the build stops and names EVENTQ_SOURCE_DIR."""
+    src = tmp_path / "a" / "b" / "eventq-src"
+    shutil.copytree(PY_DIR, src, symlinks=False,
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "tests*", "bench"))
+    env = clean_env()
+    env.pop("EVENTQ_SOURCE_DIR", None)
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--disable-pip-version-check",
+         "-w", str(tmp_path / "out"), str(src)],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
+    )
+    assert r.returncode != 0
+    out = r.stdout + r.stderr
+    assert "building the wheel needs the libeventq source tree" in out and "EVENTQ_SOURCE_DIR" in out, out
+    assert not list((tmp_path / "out").glob("*.whl"))
