@@ -149,7 +149,7 @@ def _load() -> tuple[Any, str]:
         if major != want_major or minor < want_minor:
             text = ffi.string(lib.eventq_version_string()).decode()
             hint = ""
-            if how != "EVENTQ_LIBRARY" and os.path.exists(BUNDLED) and path != BUNDLED:
+            if how != "EVENTQ_LIBRARY" and _flag("EVENTQ_USE_SYSTEM_LIBRARY") and os.path.exists(BUNDLED):
                 hint = f" (unset EVENTQ_USE_SYSTEM_LIBRARY to use the bundled {BUNDLED})"
             raise ImportError(
                 f"eventq: {path} ({how}) is libeventq {text}; this binding needs libeventq "
