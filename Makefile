@@ -89,7 +89,7 @@ STAGES_packaging := header header-std install installed-lib abi licenses man-pag
                     cmake static-link debuginfo uninstall
 STAGES_c         := c-tests c-static examples examples-run
 STAGES_go        := go
-STAGES_python    := python
+STAGES_python    := python python-wheel
 STAGES_bench     := bench-smoke blocking-bench-smoke bench-peers-smoke bench-ipc-smoke
 STAGES_proofs    := loom stress-smoke crash-smoke hostile-smoke leaks-smoke fuzz-corpus sanitize-smoke
 GROUPS           := rust c go python packaging bench proofs
@@ -102,7 +102,7 @@ GROUPS           := rust c go python packaging bench proofs
 TEST_STAGES := fmt clippy cargo-test doc rust-user loom header header-std install installed-lib abi \
                c-tests c-static examples examples-run licenses man-pages cmake static-link \
                debuginfo uninstall stress-smoke crash-smoke hostile-smoke leaks-smoke fuzz-corpus \
-               sanitize-smoke python \
+               sanitize-smoke python python-wheel \
                go bench-smoke blocking-bench-smoke bench-peers-smoke bench-ipc-smoke
 # The quick tier: what a contributor runs before each commit. go-unit is the
 # Go tests without -race (stage go runs them with it).

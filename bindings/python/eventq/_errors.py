@@ -6,10 +6,16 @@ are set (strerror is libeventq's own text, from eventq_strerror), and the
 builtin bases (BrokenPipeError, TimeoutError, BlockingIOError, ValueError,
 PermissionError) let code that knows nothing of eventq catch them the usual
 way.
+
+Each name ends in Error; eventq.TimeoutError is a subclass of the builtin
+of that name. The names of 0.2 (Closed, Timeout, WouldBlock, ...) stay as
+aliases of the same classes for the 0.x releases. `__module__` is "eventq",
+where they are documented, so a traceback reads eventq.ClosedError.
 """
 
 from __future__ import annotations
 
+import builtins
 import errno as _errno
 from typing import Any
 
@@ -25,26 +31,26 @@ class Error(OSError):
     """Base of every error libeventq reports; `errno` is the positive code."""
 
 
-class Closed(Error, BrokenPipeError):
+class ClosedError(Error, BrokenPipeError):
     """The channel is closed: a send after close, or a receive at end of stream.
 
     A receive raises it only once everything queued was received (D6).
     """
 
 
-class Timeout(Error, TimeoutError):
+class TimeoutError(Error, builtins.TimeoutError):
     """A timeout ran out: no message came, or no room was made, in time."""
 
 
-class WouldBlock(Error, BlockingIOError):
+class WouldBlockError(Error, BlockingIOError):
     """timeout=0 and the call would have had to wait."""
 
 
-class InvalidArgument(Error, ValueError):
+class InvalidArgumentError(Error, ValueError):
     """The library refused an argument (EINVAL); nothing happened."""
 
 
-class MessageTooLarge(Error):
+class MessageTooLargeError(Error):
     """A message does not fit: `needed` is its length in bytes.
 
     On a receive the caller's buffer was too small and the message stays at
@@ -64,32 +70,49 @@ class MessageTooLarge(Error):
         return f"{self.strerror} (needed {self.needed} bytes)"
 
 
-class WrongSide(Error, PermissionError):
+class WrongSideError(Error, PermissionError):
     """This end of a process-shared channel only sends, or only receives
     (Chan.side), and the call was the other kind (EPERM)."""
 
 
-class BrokenProtocol(Error):
+class BrokenProtocolError(Error):
     """The other process of a process-shared channel broke its protocol (a
     word of the shared memory out of its range), or what recv_from() or
     import_fds() was given is not a channel's end (EPROTO). The channel is
     closed on this side."""
 
 
-class Attached(Error):
+class AttachedError(Error):
     """The other end of a process-shared channel is held by a live process,
     so send_to() or export_fds() cannot hand it to another; once that
     process is gone, they can (EISCONN)."""
 
 
+# Shown as eventq.X, the public name (pickle finds them there too).
+for _cls in (Error, ClosedError, TimeoutError, WouldBlockError, InvalidArgumentError,
+             MessageTooLargeError, WrongSideError, BrokenProtocolError, AttachedError):
+    _cls.__module__ = "eventq"
+del _cls
+
+# The names of 0.2, kept for the 0.x releases.
+Closed = ClosedError
+Timeout = TimeoutError
+WouldBlock = WouldBlockError
+InvalidArgument = InvalidArgumentError
+MessageTooLarge = MessageTooLargeError
+WrongSide = WrongSideError
+BrokenProtocol = BrokenProtocolError
+Attached = AttachedError
+
+
 _CLASSES: dict[int, type[Error]] = {
-    _errno.EPIPE: Closed,
-    _errno.ETIMEDOUT: Timeout,
-    _errno.EAGAIN: WouldBlock,
-    _errno.EINVAL: InvalidArgument,
-    _errno.EPERM: WrongSide,
-    _errno.EPROTO: BrokenProtocol,
-    _errno.EISCONN: Attached,
+    _errno.EPIPE: ClosedError,
+    _errno.ETIMEDOUT: TimeoutError,
+    _errno.EAGAIN: WouldBlockError,
+    _errno.EINVAL: InvalidArgumentError,
+    _errno.EPERM: WrongSideError,
+    _errno.EPROTO: BrokenProtocolError,
+    _errno.EISCONN: AttachedError,
 }
 
 

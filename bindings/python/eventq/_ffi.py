@@ -1,310 +1,71 @@
 # SPDX-License-Identifier: MIT OR Apache-2.0
 """The C ABI of libeventq for cffi (ABI mode), and the loading of the library.
 
-Every C declaration the package uses is in CDEF below, copied from
-include/eventq.h in the header's order: when the header changes, this is
-the one place to update, and tests/test_ffi_drift.py says what differs
-(functions, types, struct layouts as compiled by cc, constants).
+The declarations are in _cdef.py. A built package has them pre-parsed in
+_abi.py (cffi's out-of-line ABI mode, written by setup.py), so an import
+neither loads cffi's C parser nor parses them; without it (a source tree
+on sys.path) they are parsed here.
 
-Differences from the header: #define values are written as plain integer
-literals (cffi's parser accepts no expressions), EVENTQ_VERSION_PATCH and
-EVENTQ_VERSION are left out (a fix release changes them, the ABI does
-not), and doc comments are dropped.
+The library is the first of, in this order:
 
-EVENTQ_VERSION_MAJOR and _MINOR are those of the header copied: the
-library loaded must have the same major version and at least that minor
-one (docs/abi.md: a 0.x release from 0.2 on runs programs built against
-any earlier header of 0.2 or later; 0.1 had another ABI).
+1. the EVENTQ_LIBRARY environment variable (a path; if set, nothing else is
+   tried: a wrong path is an error, not a silent fallback);
+2. the copy bundled in the wheel, eventq/_lib/libeventq.so.0 (built from
+   the same source tree as the package);
+3. the system's: the libdir of `pkg-config eventq`, then the dynamic
+   loader's search for libeventq.so.0.
 
-The library is found through, in this order: the EVENTQ_LIBRARY
-environment variable (a path; if set, nothing else is tried), the libdir of
-`pkg-config eventq`, then the dynamic loader's search for libeventq.so.0.
+EVENTQ_USE_SYSTEM_LIBRARY=1 puts the system's before the bundled one.
+Whichever loads must be of this binding's major version and at least its
+minor one (_cdef.py); another is an ImportError naming its path.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-
-import cffi
-from typing import Any
-
-CDEF = r"""
-#define EVENTQ_VERSION_MAJOR 0
-#define EVENTQ_VERSION_MINOR 3
-#define EVENTQ_LOW_WATER_DEFAULT 18446744073709551615
-#define EVENTQ_FOREVER -1
-#define EVENTQ_DEFAULT_MAX_MSG_SIZE 1048576
-#define EVENTQ_MAX_CAPACITY 16777216
-#define EVENTQ_DEFAULT_CAPACITY 1024
-#define EVENTQ_CHAN_OPTS_SIZE_MIN 16
-#define EVENTQ_CHAN_STATS_SIZE_MIN 8
-#define EVENTQ_IN 1
-#define EVENTQ_PRI 2
-#define EVENTQ_OUT 4
-#define EVENTQ_ERR 8
-#define EVENTQ_HUP 16
-#define EVENTQ_RDHUP 8192
-#define EVENTQ_EDGE 2147483648
-#define EVENTQ_ONESHOT 1073741824
-#define EVENTQ_DEFAULT_BUDGET 256
-#define EVENTQ_POST_CAPACITY 4096
-#define EVENTQ_MEMCG_V1 1
-#define EVENTQ_MEMCG_V2 2
-#define EVENTQ_MEMCG_LOW 0
-#define EVENTQ_MEMCG_MEDIUM 1
-#define EVENTQ_MEMCG_CRITICAL 2
-#define EVENTQ_MEMCG_MODE_DEFAULT 0
-#define EVENTQ_MEMCG_MODE_HIERARCHY 1
-#define EVENTQ_MEMCG_MODE_LOCAL 2
-#define EVENTQ_MEMCG_PSI_SOME 0
-#define EVENTQ_MEMCG_PSI_FULL 1
-#define EVENTQ_MEMCG_THRESHOLD 1
-#define EVENTQ_MEMCG_OOM 2
-#define EVENTQ_MEMCG_PRESSURE 3
-#define EVENTQ_MEMCG_PSI 4
-#define EVENTQ_MEMCG_CHANGED 5
-#define EVENTQ_MEMCG_REMOVED 6
-#define EVENTQ_SIDE_SEND 1
-#define EVENTQ_SIDE_RECV 2
-#define EVENTQ_SHARED_FDS_SIZE_MIN 20
-
-typedef struct eventq_chan eventq_chan;
-typedef struct eventq_loop eventq_loop;
-typedef struct eventq_memcg eventq_memcg;
-typedef struct eventq_memcg_watch eventq_memcg_watch;
-typedef struct eventq_msg eventq_msg;
-typedef struct eventq_source eventq_source;
-
-typedef void (*eventq_drop_fn)(void *userdata, const uint8_t *data, size_t len);
-
-typedef struct eventq_chan_opts {
-  size_t size;
-  size_t capacity;
-  size_t max_bytes;
-  size_t max_msg_size;
-  size_t low_water;
-  eventq_drop_fn drop_fn;
-  void *drop_userdata;
-} eventq_chan_opts;
-
-typedef struct eventq_chan_stats {
-  uint64_t sent;
-  uint64_t received;
-  uint64_t pending;
-  uint64_t pending_bytes;
-  uint64_t dropped;
-  uint64_t peak_depth;
-  uint64_t recv_doorbell_rings;
-  uint64_t send_doorbell_rings;
-  uint64_t closed;
-} eventq_chan_stats;
-
-typedef struct eventq_buf {
-  const void *data;
-  size_t len;
-} eventq_buf;
-
-typedef void (*eventq_post_fn)(void *arg);
-typedef void (*eventq_destroy_fn)(void *userdata);
-typedef int (*eventq_fd_fn)(struct eventq_source *src, int fd, uint32_t revents, void *userdata);
-typedef int (*eventq_timer_fn)(struct eventq_source *src, uint64_t expirations, void *userdata);
-typedef int (*eventq_chan_fn)(struct eventq_source *src,
-                              const void *data,
-                              size_t len,
-                              void *userdata);
-typedef int (*eventq_chan_batch_fn)(struct eventq_source *src,
-                                    const void *data,
-                                    const size_t *lens,
-                                    size_t count,
-                                    void *userdata);
-typedef int (*eventq_signal_fn)(struct eventq_source *src, int signo, void *userdata);
-
-typedef struct eventq_memcg_delta {
-  const char *name;
-  uint64_t value;
-  int64_t delta;
-} eventq_memcg_delta;
-
-typedef struct eventq_memcg_event {
-  uint32_t kind;
-  uint64_t count;
-  uint64_t threshold;
-  uint64_t usage;
-  bool under_oom;
-  uint64_t oom_kill;
-  uint32_t level;
-  uint32_t mode;
-  uint32_t psi_kind;
-  uint64_t psi_stall_us;
-  uint64_t psi_window_us;
-  const char *spec;
-  const struct eventq_memcg_delta *deltas;
-  size_t ndeltas;
-} eventq_memcg_event;
-
-typedef int (*eventq_memcg_fn)(struct eventq_source *src,
-                               const struct eventq_memcg_event *ev,
-                               void *userdata);
-
-typedef struct eventq_shared_fds {
-  int side;
-  int mem;
-  int recv_bell;
-  int send_bell;
-  int link;
-} eventq_shared_fds;
-
-uint32_t eventq_version(void);
-const char *eventq_version_string(void);
-const char *eventq_strerror(int err);
-
-int eventq_chan_opts_init(struct eventq_chan_opts *opts, size_t size);
-int eventq_chan_new(const struct eventq_chan_opts *opts, struct eventq_chan **out);
-struct eventq_chan *eventq_chan_clone(const struct eventq_chan *chan);
-void eventq_chan_free(struct eventq_chan *chan);
-int eventq_chan_free_final(struct eventq_chan *chan, struct eventq_chan_stats *out, size_t size);
-int eventq_chan_recv_fd(const struct eventq_chan *chan);
-int eventq_chan_send_fd(const struct eventq_chan *chan);
-int eventq_chan_send(const struct eventq_chan *chan,
-                     const void *data,
-                     size_t len,
-                     int64_t timeout_ns);
-int eventq_chan_send_batch(const struct eventq_chan *chan,
-                           const struct eventq_buf *msgs,
-                           size_t count,
-                           int64_t timeout_ns);
-int eventq_chan_recv(const struct eventq_chan *chan,
-                     void *buf,
-                     size_t cap,
-                     size_t *len,
-                     int64_t timeout_ns);
-int eventq_chan_recv_msg(const struct eventq_chan *chan,
-                         struct eventq_msg **out,
-                         int64_t timeout_ns);
-int eventq_chan_recv_batch(const struct eventq_chan *chan,
-                           void *buf,
-                           size_t cap,
-                           size_t *lens,
-                           size_t max_msgs,
-                           int64_t timeout_ns);
-int eventq_chan_close(const struct eventq_chan *chan);
-int eventq_chan_get_stats(const struct eventq_chan *chan,
-                          struct eventq_chan_stats *out,
-                          size_t size);
-const uint8_t *eventq_msg_data(const struct eventq_msg *msg);
-size_t eventq_msg_len(const struct eventq_msg *msg);
-void eventq_msg_free(struct eventq_msg *msg);
-
-int eventq_loop_new(struct eventq_loop **out);
-void eventq_loop_free(struct eventq_loop *lp);
-int eventq_loop_fd(const struct eventq_loop *lp);
-int eventq_loop_run(const struct eventq_loop *lp);
-int eventq_loop_run_once(const struct eventq_loop *lp, int64_t timeout_ns);
-int eventq_loop_stop(const struct eventq_loop *lp);
-int eventq_loop_post(const struct eventq_loop *lp,
-                     eventq_post_fn f,
-                     void *arg,
-                     eventq_destroy_fn destroy);
-int eventq_loop_add_fd(const struct eventq_loop *lp,
-                       int fd,
-                       uint32_t events,
-                       eventq_fd_fn cb,
-                       void *userdata,
-                       eventq_destroy_fn destroy,
-                       struct eventq_source **out);
-int eventq_loop_add_timer(const struct eventq_loop *lp,
-                          uint64_t first_ns,
-                          uint64_t interval_ns,
-                          eventq_timer_fn cb,
-                          void *userdata,
-                          eventq_destroy_fn destroy,
-                          struct eventq_source **out);
-int eventq_loop_add_chan(const struct eventq_loop *lp,
-                         const struct eventq_chan *chan,
-                         eventq_chan_fn cb,
-                         void *userdata,
-                         eventq_destroy_fn destroy,
-                         struct eventq_source **out);
-int eventq_loop_add_chan_batch(const struct eventq_loop *lp,
-                               const struct eventq_chan *chan,
-                               size_t budget,
-                               eventq_chan_batch_fn cb,
-                               void *userdata,
-                               eventq_destroy_fn destroy,
-                               struct eventq_source **out);
-int eventq_loop_add_signal(const struct eventq_loop *lp,
-                           int signo,
-                           eventq_signal_fn cb,
-                           void *userdata,
-                           eventq_destroy_fn destroy,
-                           struct eventq_source **out);
-int eventq_source_remove(const struct eventq_source *src);
-void eventq_source_free(struct eventq_source *src);
-int eventq_source_set_enabled(const struct eventq_source *src, int enabled);
-int eventq_source_set_events(const struct eventq_source *src, uint32_t events);
-int eventq_source_set_timer(const struct eventq_source *src,
-                            uint64_t first_ns,
-                            uint64_t interval_ns);
-int eventq_source_set_budget(const struct eventq_source *src, size_t budget);
-int eventq_source_error(const struct eventq_source *src);
-
-int eventq_memcg_own(struct eventq_memcg **out);
-int eventq_memcg_open(const char *path, struct eventq_memcg **out);
-void eventq_memcg_free(struct eventq_memcg *cg);
-int eventq_memcg_dir(const struct eventq_memcg *cg, uint32_t version, char *buf, size_t len);
-int eventq_memcg_watch_threshold(const struct eventq_memcg *cg,
-                                 uint64_t bytes,
-                                 struct eventq_memcg_watch **out);
-int eventq_memcg_watch_oom(const struct eventq_memcg *cg, struct eventq_memcg_watch **out);
-int eventq_memcg_watch_pressure_level(const struct eventq_memcg *cg,
-                                      uint32_t level,
-                                      uint32_t mode,
-                                      struct eventq_memcg_watch **out);
-int eventq_memcg_watch_psi(const struct eventq_memcg *cg,
-                           uint32_t kind,
-                           uint64_t stall_us,
-                           uint64_t window_us,
-                           struct eventq_memcg_watch **out);
-int eventq_memcg_watch_events(const struct eventq_memcg *cg, struct eventq_memcg_watch **out);
-int eventq_memcg_watch_counters(const struct eventq_memcg *cg,
-                                const char *file,
-                                struct eventq_memcg_watch **out);
-void eventq_memcg_watch_free(struct eventq_memcg_watch *watch);
-int eventq_memcg_watch_fd(const struct eventq_memcg_watch *watch);
-int eventq_memcg_watch_read(struct eventq_memcg_watch *watch,
-                            uint32_t revents,
-                            const struct eventq_memcg_event **out);
-int eventq_loop_add_memcg(const struct eventq_loop *lp,
-                          struct eventq_memcg_watch *watch,
-                          eventq_memcg_fn cb,
-                          void *userdata,
-                          eventq_destroy_fn destroy,
-                          struct eventq_source **out);
-
-int eventq_chan_new_shared(const struct eventq_chan_opts *opts, int side, struct eventq_chan **out);
-int eventq_chan_send_to(const struct eventq_chan *chan, int sockfd);
-int eventq_chan_recv_from(int sockfd, struct eventq_chan **out);
-int eventq_chan_export_fds(const struct eventq_chan *chan,
-                           struct eventq_shared_fds *out,
-                           size_t size);
-int eventq_chan_import_fds(const struct eventq_shared_fds *fds,
-                           size_t size,
-                           struct eventq_chan **out);
-int eventq_chan_side(const struct eventq_chan *chan);
-int eventq_chan_consumer_enter(const struct eventq_chan *chan);
-int eventq_chan_consumer_leave(const struct eventq_chan *chan);
-"""
+from typing import Any, Iterator
 
 SONAME = "libeventq.so.0"
 
-ffi = cffi.FFI()
-ffi.cdef(CDEF)
+#: Where a wheel carries the library.
+BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lib", SONAME)
+
+
+def _make_ffi() -> Any:
+    """The pre-parsed declarations if they match _cdef.CDEF, else parsed now."""
+    from ._cdef import CDEF
+
+    try:
+        from . import _abi
+    except ImportError:
+        _abi = None
+    if _abi is not None and getattr(_abi, "CDEF_CRC32", None) == _crc32(CDEF):
+        return _abi.ffi
+    import cffi
+
+    ffi = cffi.FFI()
+    ffi.cdef(CDEF)
+    return ffi
+
+
+def _crc32(text: str) -> int:
+    import zlib
+
+    return zlib.crc32(text.encode())
+
+
+ffi = _make_ffi()
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "no", "false", "off")
 
 
 def _pkg_config_libdir() -> tuple[str | None, str]:
     """The libdir pkg-config reports for eventq, or None and why not."""
+    import shutil
+    import subprocess
+
     exe = shutil.which(os.environ.get("PKG_CONFIG", "pkg-config"))
     if exe is None:
         return None, "pkg-config is not installed"
@@ -324,44 +85,84 @@ def _pkg_config_libdir() -> tuple[str | None, str]:
     return libdir, ""
 
 
-def _load() -> tuple[Any, str]:
-    """Opens the library as the module docstring says; ImportError if none."""
-    tried = []
+def _system(tried: list[str]) -> Iterator[tuple[str, str]]:
+    libdir, why = _pkg_config_libdir()
+    if libdir is None:
+        tried.append(why)
+    else:
+        yield "pkg-config", os.path.join(libdir, SONAME)
+    yield "the dynamic loader", SONAME
+
+
+def _bundled(tried: list[str]) -> Iterator[tuple[str, str]]:
+    if os.path.exists(BUNDLED):
+        yield "the bundled library", BUNDLED
+    else:
+        tried.append(f"no bundled library ({BUNDLED}: the package was installed without it)")
+
+
+def _candidates(tried: list[str]) -> Iterator[tuple[str, str]]:
+    """(how, path) in the order of the module docstring, made lazily: the
+    bundled library, when it loads, costs no pkg-config run."""
     env = os.environ.get("EVENTQ_LIBRARY")
     if env:
-        candidates = [("EVENTQ_LIBRARY", env)]
+        yield "EVENTQ_LIBRARY", env
+    elif _flag("EVENTQ_USE_SYSTEM_LIBRARY"):
+        yield from _system(tried)
+        yield from _bundled(tried)
     else:
-        candidates = []
-        libdir, why = _pkg_config_libdir()
-        if libdir is None:
-            tried.append(why)
-        else:
-            candidates.append(("pkg-config", os.path.join(libdir, SONAME)))
-        candidates.append(("the dynamic loader", SONAME))
-    for how, path in candidates:
+        yield from _bundled(tried)
+        yield from _system(tried)
+
+
+def _mapped_file(lib: Any) -> str | None:
+    """The file the dynamic loader mapped for lib (found by name): the one
+    whose mapping holds eventq_version's code."""
+    addr = int(ffi.cast("uintptr_t", lib.eventq_version))
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                fields = line.split(maxsplit=5)
+                lo, _, hi = fields[0].partition("-")
+                if len(fields) == 6 and int(lo, 16) <= addr < int(hi, 16):
+                    return fields[5].strip()
+    except OSError:
+        pass
+    return None
+
+
+def _load() -> tuple[Any, str]:
+    """Opens the library as the module docstring says; ImportError if none."""
+    tried: list[str] = []
+    for how, path in _candidates(tried):
         try:
             lib = ffi.dlopen(path)
         except OSError as e:
             tried.append(f"{how}: {path}: {e}")
             continue
+        if os.sep not in path:  # the loader's search: say which file it found
+            path = _mapped_file(lib) or path
         # eventq_version() is in every release: it is safe to call first.
         version = lib.eventq_version()
         major, minor = version >> 16, (version >> 8) & 0xFF
         want_major, want_minor = lib.EVENTQ_VERSION_MAJOR, lib.EVENTQ_VERSION_MINOR
         if major != want_major or minor < want_minor:
             text = ffi.string(lib.eventq_version_string()).decode()
+            hint = ""
+            if how != "EVENTQ_LIBRARY" and _flag("EVENTQ_USE_SYSTEM_LIBRARY") and os.path.exists(BUNDLED):
+                hint = f" (unset EVENTQ_USE_SYSTEM_LIBRARY to use the bundled {BUNDLED})"
             raise ImportError(
-                f"eventq: {path} is libeventq {text}; this binding needs libeventq "
-                f"{want_major}.{want_minor} or a later {want_major}.x release"
+                f"eventq: {path} ({how}) is libeventq {text}; this binding needs libeventq "
+                f"{want_major}.{want_minor} or a later {want_major}.x release{hint}"
             )
         return lib, path
-    if env:
+    if os.environ.get("EVENTQ_LIBRARY"):
         hint = "EVENTQ_LIBRARY must name libeventq's shared library (libeventq.so.0)"
     else:
         hint = (
-            "install libeventq (make install in the libeventq source tree, which also "
-            "installs eventq.pc for pkg-config), or set EVENTQ_LIBRARY to the path of "
-            f"{SONAME}"
+            "install the eventq wheel, which carries the library, or install libeventq "
+            "(make install in the libeventq source tree, which also installs eventq.pc "
+            f"for pkg-config), or set EVENTQ_LIBRARY to the path of {SONAME}"
         )
     raise ImportError(f"eventq: cannot load libeventq: {hint}. Tried: " + "; ".join(tried))
 

@@ -10,7 +10,7 @@ import os
 import re
 from typing import Any
 
-from ._errors import InvalidArgument, error_for
+from ._errors import InvalidArgumentError, error_for
 from ._ffi import lib
 
 
@@ -69,10 +69,10 @@ class SharedFds:
     @classmethod
     def parse(cls, text: str) -> "SharedFds":
         """The fds `str()` wrote ("side:mem,recv_bell,send_bell,link");
-        InvalidArgument if `text` is not of that form."""
+        InvalidArgumentError if `text` is not of that form."""
         m = _SPEC.fullmatch(text.strip())
         if m is None:
-            raise InvalidArgument(
+            raise InvalidArgumentError(
                 _errno.EINVAL, f"{text!r}: want side:mem,recv_bell,send_bell,link, e.g. send:3,4,5,6"
             )
         side = Side.SEND if m[1] == "send" else Side.RECV

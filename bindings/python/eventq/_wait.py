@@ -8,11 +8,13 @@ timeout) has taken nothing.
 
 from __future__ import annotations
 
-import asyncio
 import select
 import time
 import weakref
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:  # imported when a coroutine first waits: threads never pay for it
+    import asyncio
 
 #: Longest a main-thread wait sleeps before it checks for signals that
 #: another thread received (a signal to the main thread ends it at once).
@@ -95,6 +97,8 @@ def _expire(fut: asyncio.Future[bool]) -> None:
 
 async def wait_readable(fd: int, deadline: Optional[float]) -> bool:
     """Waits in the running loop until fd is readable; False at the deadline."""
+    import asyncio
+
     loop = asyncio.get_running_loop()
     per_loop = _fd_waiters.get(loop)
     if per_loop is None:

@@ -37,7 +37,7 @@ import time
 import weakref
 from typing import Any, Callable, Optional, Union
 
-from ._errors import Error, InvalidArgument, Timeout, WouldBlock, strerror
+from ._errors import Error, InvalidArgumentError, TimeoutError, WouldBlockError, strerror
 from ._ffi import ffi, lib
 
 #: Longest a main-thread wait sleeps before it checks for signals another
@@ -48,7 +48,7 @@ SIGNAL_SLICE = 0.1
 __all__ = [
     "Cgroup",
     "CgroupError",
-    "CgroupNotFound",
+    "CgroupNotFoundError",
     "CgroupPermissionError",
     "Kind",
     "Level",
@@ -56,8 +56,8 @@ __all__ = [
     "Delta",
     "MemoryEvent",
     "Watch",
-    "WatchClosed",
-    "WatchEnded",
+    "WatchClosedError",
+    "WatchEndedError",
     "threshold",
     "oom",
     "pressure_level",
@@ -77,7 +77,7 @@ class CgroupError(Error):
     """
 
 
-class CgroupNotFound(CgroupError, FileNotFoundError):
+class CgroupNotFoundError(CgroupError, FileNotFoundError):
     """ENOENT: the directory does not exist, is not a cgroup, or was removed."""
 
 
@@ -85,15 +85,15 @@ class CgroupPermissionError(CgroupError, PermissionError):
     """EACCES/EPERM: the cgroup's control file cannot be opened or written."""
 
 
-class _CgroupInvalid(CgroupError, InvalidArgument):
+class _CgroupInvalidError(CgroupError, InvalidArgumentError):
     """EINVAL: a bad argument (a PSI window outside 500 ms..10 s, ...)."""
 
 
 _CLASSES: dict[int, type[CgroupError]] = {
-    _errno.ENOENT: CgroupNotFound,
+    _errno.ENOENT: CgroupNotFoundError,
     _errno.EACCES: CgroupPermissionError,
     _errno.EPERM: CgroupPermissionError,
-    _errno.EINVAL: _CgroupInvalid,
+    _errno.EINVAL: _CgroupInvalidError,
 }
 
 
@@ -328,9 +328,9 @@ class _State:
 
     def take(self) -> Optional[MemoryEvent]:
         """The next event: one read already, else a C read; None if there
-        is none (check `ended`). Raises WatchClosed and a read's failure."""
+        is none (check `ended`). Raises WatchClosedError and a read's failure."""
         if self.closed:
-            raise WatchClosed(_errno.EBADF, f"{self.what}: the watch is closed")
+            raise WatchClosedError(_errno.EBADF, f"{self.what}: the watch is closed")
         if self.events:
             return self.events.popleft()
         if self.failure is not None:
@@ -438,14 +438,20 @@ def _resolve(fut: Any) -> None:
         fut.set_result(True)
 
 
-class WatchClosed(CgroupError, ValueError):
+class WatchClosedError(CgroupError, ValueError):
     """EBADF: the watch was closed (close(), `with`, or garbage collection);
     waiters in next() and next_async() wake with it."""
 
 
-class WatchEnded(CgroupNotFound):
+class WatchEndedError(CgroupNotFoundError):
     """ENOENT: the watch's cgroup was removed and its last event, REMOVED,
     was returned: nothing more will come."""
+
+
+# The names of 0.2, kept for the 0.x releases.
+CgroupNotFound = CgroupNotFoundError
+WatchClosed = WatchClosedError
+WatchEnded = WatchEndedError
 
 
 class Watch:
@@ -455,10 +461,10 @@ class Watch:
     watch's fd); `await watch.next_async()` and `async for ev in watch` wait
     in the running asyncio loop (a reader on the fd). Both return one
     MemoryEvent at a time with the kernel's count; the REMOVED event is the
-    last of a watch whose cgroup is removed (then next() raises WatchEnded
+    last of a watch whose cgroup is removed (then next() raises WatchEndedError
     and iteration ends). A system-wide PSI trigger never ends. close() (or
     `with`/`async with`) unregisters the watch and frees its fds; waiters
-    then wake with WatchClosed. Any number of threads may wait at once, or
+    then wake with WatchClosedError. Any number of threads may wait at once, or
     coroutines of one asyncio loop, not both (RuntimeError): each event
     goes to one of them.
 
@@ -485,7 +491,7 @@ class Watch:
         then call read() with the poll's flags. It belongs to the watch."""
         with self._st.lock:
             if self._st.closed:
-                raise WatchClosed(_errno.EBADF, f"{self.what}: the watch is closed")
+                raise WatchClosedError(_errno.EBADF, f"{self.what}: the watch is closed")
             return self._st.fd
 
     @property
@@ -515,14 +521,14 @@ class Watch:
         """The next event, waiting in this thread (poll() on the watch's fd)
         for at most `timeout` seconds (None: without limit; 0: not at all).
 
-        Raises WouldBlock (timeout 0) or Timeout when nothing came,
-        WatchEnded after the REMOVED event, WatchClosed once the watch is
+        Raises WouldBlockError (timeout 0) or TimeoutError when nothing came,
+        WatchEndedError after the REMOVED event, WatchClosedError once the watch is
         closed (also while waiting), and the CgroupError of a failed read.
         In the main thread a signal's handler runs while it waits (Ctrl-C
         interrupts it, losing nothing).
         """
         if timeout is not None and timeout < 0:
-            raise _CgroupInvalid(_errno.EINVAL, f"timeout={timeout}: {strerror(-_errno.EINVAL)}")
+            raise _CgroupInvalidError(_errno.EINVAL, f"timeout={timeout}: {strerror(-_errno.EINVAL)}")
         st = self._st
         deadline = None if timeout is None else time.monotonic() + timeout
         with st.lock:
@@ -531,7 +537,7 @@ class Watch:
                 return ev
             self._check_ended()
             if timeout == 0:
-                raise WouldBlock(_errno.EAGAIN, f"{self.what}: no event")
+                raise WouldBlockError(_errno.EAGAIN, f"{self.what}: no event")
             if st.loop is not None:
                 if not st.loop.is_closed():
                     raise RuntimeError(f"{self.what}: the watch is awaited in an event loop; wait there")
@@ -563,7 +569,7 @@ class Watch:
                         return ev
                     self._check_ended()
                 if deadline is not None and time.monotonic() >= deadline:
-                    raise Timeout(_errno.ETIMEDOUT, f"{self.what}: no event within {timeout} s")
+                    raise TimeoutError(_errno.ETIMEDOUT, f"{self.what}: no event within {timeout} s")
         finally:
             with st.lock:
                 st.users -= 1
@@ -571,7 +577,9 @@ class Watch:
 
     def _check_ended(self) -> None:
         if self._st.ended:
-            raise WatchEnded(_errno.ENOENT, f"{self.what}: the cgroup was removed (its REMOVED event was the last)")
+            raise WatchEndedError(
+                _errno.ENOENT, f"{self.what}: the cgroup was removed (its REMOVED event was the last)"
+            )
 
     async def next_async(self, timeout: Optional[float] = None) -> MemoryEvent:
         """next() for asyncio: waits in the running loop, on a reader of the
@@ -582,7 +590,7 @@ class Watch:
         import asyncio
 
         if timeout is not None and timeout < 0:
-            raise _CgroupInvalid(_errno.EINVAL, f"timeout={timeout}: {strerror(-_errno.EINVAL)}")
+            raise _CgroupInvalidError(_errno.EINVAL, f"timeout={timeout}: {strerror(-_errno.EINVAL)}")
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         st = self._st
@@ -593,7 +601,7 @@ class Watch:
                     return ev
                 self._check_ended()
                 if timeout == 0:
-                    raise WouldBlock(_errno.EAGAIN, f"{self.what}: no event")
+                    raise WouldBlockError(_errno.EAGAIN, f"{self.what}: no event")
                 if st.loop is not loop:
                     if st.loop is not None and not st.loop.is_closed():
                         raise RuntimeError(f"{self.what}: the watch is awaited in another event loop")
@@ -611,11 +619,11 @@ class Watch:
                 else:
                     left = deadline - loop.time()
                     if left <= 0:
-                        raise Timeout(_errno.ETIMEDOUT, f"{self.what}: no event within {timeout} s")
+                        raise TimeoutError(_errno.ETIMEDOUT, f"{self.what}: no event within {timeout} s")
                     try:
                         await asyncio.wait_for(fut, left)
                     except asyncio.TimeoutError:
-                        raise Timeout(_errno.ETIMEDOUT, f"{self.what}: no event within {timeout} s") from None
+                        raise TimeoutError(_errno.ETIMEDOUT, f"{self.what}: no event within {timeout} s") from None
             finally:
                 with st.lock:
                     if fut in st.waiters:
@@ -628,7 +636,7 @@ class Watch:
         """next(), ending the iteration at the end of the watch or its close."""
         try:
             return self.next()
-        except (WatchEnded, WatchClosed):
+        except (WatchEndedError, WatchClosedError):
             raise StopIteration from None
 
     def __aiter__(self) -> "Watch":
@@ -638,12 +646,12 @@ class Watch:
         """next_async(), ending the iteration at the end of the watch or its close."""
         try:
             return await self.next_async()
-        except (WatchEnded, WatchClosed):
+        except (WatchEndedError, WatchClosedError):
             raise StopAsyncIteration from None
 
     def close(self) -> None:
         """Unregisters the watch and frees its fds (once no thread waits on
-        them); waiters wake with WatchClosed. Idempotent; from any thread."""
+        them); waiters wake with WatchClosedError. Idempotent; from any thread."""
         st = self._st
         with st.lock:
             if st.closed:
@@ -705,7 +713,7 @@ os.register_at_fork(after_in_child=_forget_inherited)
 def _uint(name: str, value: int, bits: int = 64) -> int:
     value = operator.index(value)
     if not 0 <= value < 1 << bits:
-        raise _CgroupInvalid(_errno.EINVAL, f"{name}={value}: {strerror(-_errno.EINVAL)}")
+        raise _CgroupInvalidError(_errno.EINVAL, f"{name}={value}: {strerror(-_errno.EINVAL)}")
     return value
 
 

@@ -2,7 +2,7 @@
 """memwatch: a tiny kubelet eviction watcher on eventq.memcg, the Python twin
 of examples-c/memwatch.c and bindings/go/cmd/memwatch.
 
-    python -m eventq.memwatch <cgroup dir> <bytes> [psi stall us]
+    python -m eventq.memwatch CGROUP_DIR BYTES [STALL_US]
 
 On a cgroup v1 memory directory it watches the usage threshold <bytes>,
 OOM, memory.pressure_level "critical" and a system-wide PSI trigger; on a
@@ -18,6 +18,7 @@ loop: no thread and no libeventq loop.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import datetime
 import os
@@ -144,24 +145,50 @@ async def run(directory: str, nbytes: int, stall_us: int) -> int:
     return 0
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) not in (2, 3):
-        print("usage: python -m eventq.memwatch <cgroup dir> <bytes> [psi stall us]", file=sys.stderr)
-        return 2
+def _number(text: str) -> int:
+    """A non-negative integer: decimal, or 0x/0o/0b prefixed."""
     try:
-        nbytes = int(args[1], 0)
+        value = int(text, 0)
     except ValueError:
-        print(f"memwatch: <bytes> must be a number: {args[1]}", file=sys.stderr)
-        return 2
-    stall_us = 100000
-    if len(args) == 3:
-        try:
-            stall_us = int(args[2], 0)
-        except ValueError:
-            print(f"memwatch: [psi stall us] must be a number: {args[2]}", file=sys.stderr)
-            return 2
-    return asyncio.run(run(args[0], nbytes, stall_us))
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m eventq.memwatch",
+        description=(
+            "A tiny kubelet eviction watcher: prints each memory-pressure event of a "
+            "cgroup with a UTC timestamp and the kernel's count, until SIGINT/SIGTERM "
+            "or until the cgroup is removed."
+        ),
+        epilog=(
+            "cgroup v1 (a memory controller directory): the usage threshold BYTES, OOM, "
+            'memory.pressure_level "critical" and a system-wide PSI trigger. cgroup2: a '
+            "PSI trigger on the cgroup's memory.pressure and its memory.events counters "
+            "(byte thresholds are a cgroup v1 interface: BYTES is then ignored). The PSI "
+            'trigger is "some STALL_US 2000000". Exit status: 0 at a signal or once the '
+            "cgroup is removed, 1 if no watch could be set up, 2 for bad arguments."
+        ),
+    )
+    p.add_argument("cgroup_dir", metavar="CGROUP_DIR", help="the cgroup's directory, e.g. /sys/fs/cgroup/job")
+    p.add_argument("nbytes", metavar="BYTES", type=_number, help="usage threshold in bytes (cgroup v1; 0x... accepted)")
+    p.add_argument(
+        "stall_us",
+        metavar="STALL_US",
+        type=_number,
+        nargs="?",
+        default=100000,
+        help="PSI stall in microseconds per 2 s window (default: %(default)s)",
+    )
+    return p
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = parser().parse_args(argv)  # exits 2 with argparse's message on bad arguments
+    return asyncio.run(run(args.cgroup_dir, args.nbytes, args.stall_us))
 
 
 if __name__ == "__main__":

@@ -48,18 +48,18 @@ def test_recv_async_waits_for_a_message() -> None:
 def test_timeouts_and_bad_timeouts() -> None:
     async def main() -> None:
         with eventq.Chan(1) as ch:
-            with pytest.raises(eventq.WouldBlock):
+            with pytest.raises(eventq.WouldBlockError):
                 await ch.recv_async(timeout=0)
-            with pytest.raises(eventq.Timeout):
+            with pytest.raises(eventq.TimeoutError):
                 await ch.recv_async(timeout=0.001)
             with pytest.raises(TimeoutError):
                 await ch.recv_batch_async(timeout=0.001)
             ch.send(b"full")
             with pytest.raises(BlockingIOError):
                 await ch.send_async(b"x", timeout=0)
-            with pytest.raises(eventq.Timeout):
+            with pytest.raises(eventq.TimeoutError):
                 await ch.send_async(b"x", timeout=0.001)
-            with pytest.raises(eventq.Timeout):
+            with pytest.raises(eventq.TimeoutError):
                 await ch.send_batch_async([b"x"], timeout=0.001)
             for call in (
                 lambda: ch.recv_async(timeout=-1),
@@ -67,9 +67,9 @@ def test_timeouts_and_bad_timeouts() -> None:
                 lambda: ch.send_async(b"x", timeout=-1),
                 lambda: ch.send_batch_async([b"x"], timeout=-1),
             ):
-                with pytest.raises(eventq.InvalidArgument):
+                with pytest.raises(eventq.InvalidArgumentError):
                     await call()
-            with pytest.raises(eventq.InvalidArgument):
+            with pytest.raises(eventq.InvalidArgumentError):
                 await ch.recv_batch_async(0)
             with pytest.raises(TypeError):
                 await ch.send_async("text")  # type: ignore[arg-type]
@@ -156,7 +156,7 @@ def test_receive_timeout_racing_a_message_loses_nothing() -> None:
                 ch.send(b"%d" % i)
                 try:
                     got.append(await task)
-                except eventq.Timeout:
+                except eventq.TimeoutError:
                     pass
             while ch.stats().pending:
                 got.append(ch.recv())
@@ -276,14 +276,14 @@ def test_closed_and_released_in_asyncio() -> None:
         ch = eventq.Chan()
         ch.send(b"last")
         ch.close()
-        with pytest.raises(eventq.Closed):
+        with pytest.raises(eventq.ClosedError):
             await ch.send_async(b"x")
-        with pytest.raises(eventq.Closed):
+        with pytest.raises(eventq.ClosedError):
             await ch.send_batch_async([b"x"])
         assert await ch.recv_batch_async() == [b"last"]
-        with pytest.raises(eventq.Closed):
+        with pytest.raises(eventq.ClosedError):
             await ch.recv_async()
-        with pytest.raises(eventq.Closed):
+        with pytest.raises(eventq.ClosedError):
             await ch.recv_batch_async()
         ch.release()
         with pytest.raises(ValueError):
@@ -301,7 +301,7 @@ def test_waiting_receive_wakes_on_close_from_a_thread() -> None:
             await let_tasks_run()
             t = threading.Thread(target=ch.close)
             t.start()
-            with pytest.raises(eventq.Closed):
+            with pytest.raises(eventq.ClosedError):
                 await task
             t.join()
 

@@ -56,7 +56,7 @@ def test_recv_into_and_a_too_small_buffer() -> None:
         ch.send(b"hello world")
         ch.send(b"next")
         small = bytearray(4)
-        with pytest.raises(eventq.MessageTooLarge) as ei:
+        with pytest.raises(eventq.MessageTooLargeError) as ei:
             ch.recv_into(small)
         assert ei.value.needed == 11 and ei.value.errno == errno.EMSGSIZE
         assert "11" in str(ei.value) and isinstance(ei.value, eventq.Error)
@@ -101,7 +101,7 @@ def test_batches() -> None:
 def test_batch_send_stops_at_a_message_over_the_size_limit() -> None:
     with eventq.Chan(max_msg_size=8) as ch:
         assert ch.send_batch([b"ok", b"x" * 9, b"later"]) == 1
-        with pytest.raises(eventq.MessageTooLarge) as ei:
+        with pytest.raises(eventq.MessageTooLargeError) as ei:
             ch.send_batch([b"x" * 9, b"ok"])
         assert ei.value.needed == 9
         assert drain(ch) == [b"ok"]
@@ -110,7 +110,7 @@ def test_batch_send_stops_at_a_message_over_the_size_limit() -> None:
 def test_message_over_the_size_limit() -> None:
     with eventq.Chan(max_msg_size=16) as ch:
         ch.send(b"before")
-        with pytest.raises(eventq.MessageTooLarge) as ei:
+        with pytest.raises(eventq.MessageTooLargeError) as ei:
             ch.send(b"x" * 17)
         assert ei.value.needed == 17
         ch.send(b"y" * 16)
@@ -120,9 +120,9 @@ def test_message_over_the_size_limit() -> None:
 def test_byte_limit() -> None:
     with eventq.Chan(max_bytes=10) as ch:
         ch.send(b"12345678")
-        with pytest.raises(eventq.WouldBlock):
+        with pytest.raises(eventq.WouldBlockError):
             ch.send(b"abc", timeout=0)
-        with pytest.raises(eventq.MessageTooLarge):
+        with pytest.raises(eventq.MessageTooLargeError):
             ch.send(b"x" * 11)  # max_msg_size defaults to max_bytes
         assert ch.stats().pending_bytes == 8
         assert ch.recv() == b"12345678"
@@ -145,7 +145,7 @@ def test_byte_limit() -> None:
     ],
 )
 def test_bad_options(kwargs: dict[str, int]) -> None:
-    with pytest.raises(eventq.InvalidArgument) as ei:
+    with pytest.raises(eventq.InvalidArgumentError) as ei:
         eventq.Chan(**kwargs)
     e = ei.value
     assert isinstance(e, ValueError) and isinstance(e, eventq.Error) and e.errno == errno.EINVAL
@@ -176,16 +176,16 @@ def test_bad_message_types_lose_nothing() -> None:
             ch.send(memoryview(bytes(8))[::2])  # not contiguous
         with pytest.raises(TypeError):
             ch.send_batch([b"ok", "text"])  # type: ignore[list-item]
-        with pytest.raises(eventq.InvalidArgument):
+        with pytest.raises(eventq.InvalidArgumentError):
             ch.recv_batch(0)
-        with pytest.raises(eventq.InvalidArgument):
+        with pytest.raises(eventq.InvalidArgumentError):
             ch.recv_batch(2**31)
         with pytest.raises(TypeError):
             ch.recv_batch(1.5)  # type: ignore[arg-type]
         for call in (ch.recv, ch.recv_batch, lambda timeout: ch.recv_into(bytearray(8), timeout)):
-            with pytest.raises(eventq.InvalidArgument):
+            with pytest.raises(eventq.InvalidArgumentError):
                 call(timeout=-1)
-        with pytest.raises(eventq.InvalidArgument):
+        with pytest.raises(eventq.InvalidArgumentError):
             ch.send(b"x", timeout=-0.5)
         assert ch.stats().pending == 1
         assert drain(ch) == [b"kept"]
@@ -193,16 +193,16 @@ def test_bad_message_types_lose_nothing() -> None:
 
 @pytest.mark.parametrize("where", ["main thread (poll)", "other thread (blocking C call)"])
 def test_timeouts(where: str) -> None:
-    """timeout=0 raises WouldBlock, a positive timeout Timeout; nothing moves."""
+    """timeout=0 raises WouldBlockError, a positive timeout TimeoutError; nothing moves."""
     ch = eventq.Chan(1)
     caught: list[BaseException] = []
 
     def body() -> None:
         for call in (ch.recv, ch.recv_batch, lambda timeout: ch.recv_into(bytearray(4), timeout)):
-            with pytest.raises(eventq.WouldBlock) as e0:
+            with pytest.raises(eventq.WouldBlockError) as e0:
                 call(timeout=0)
             assert isinstance(e0.value, BlockingIOError) and e0.value.errno == errno.EAGAIN
-            with pytest.raises(eventq.Timeout) as e1:
+            with pytest.raises(eventq.TimeoutError) as e1:
                 call(timeout=0.001)
             assert isinstance(e1.value, TimeoutError) and e1.value.errno == errno.ETIMEDOUT
         ch.send(b"fills it")
@@ -288,19 +288,19 @@ def test_close_keeps_what_is_queued_then_ends_the_stream() -> None:
     ch.send(b"c")
     other.close()  # from another handle
     other.close()  # again: nothing
-    with pytest.raises(eventq.Closed) as ei:
+    with pytest.raises(eventq.ClosedError) as ei:
         ch.send(b"late")
     e = ei.value
     assert isinstance(e, BrokenPipeError) and isinstance(e, eventq.Error) and e.errno == errno.EPIPE
     for send in (lambda: ch.send_batch([b"late"]), lambda: ch.send(b"late", timeout=0)):
-        with pytest.raises(eventq.Closed):
+        with pytest.raises(eventq.ClosedError):
             send()
     assert ch.recv() == b"a"
     assert ch.recv_batch(1) == [b"b"]
     buf = bytearray(1)
     assert ch.recv_into(buf) == 1 and buf == b"c"
     for call in (ch.recv, ch.recv_batch, lambda: ch.recv_into(bytearray(1))):
-        with pytest.raises(eventq.Closed):
+        with pytest.raises(eventq.ClosedError):
             call()
     assert list(ch) == []
     assert ch.stats().closed
@@ -356,7 +356,7 @@ def test_context_manager_closes_and_releases() -> None:
         ch.send(b"last")
     assert ch.released
     assert rx.recv() == b"last"
-    with pytest.raises(eventq.Closed):
+    with pytest.raises(eventq.ClosedError):
         rx.recv()
     rx.release()
     with eventq.Chan() as c2:
@@ -371,20 +371,20 @@ def test_c_handles() -> None:
         same.send(b"through a C handle")
         assert ch.recv() == b"through a C handle"
         same.release()
-        with pytest.raises(eventq.InvalidArgument):
+        with pytest.raises(eventq.InvalidArgumentError):
             eventq.Chan.from_handle(0)
 
 
 def test_exception_hierarchy() -> None:
     assert issubclass(eventq.Error, OSError)
-    assert issubclass(eventq.Closed, BrokenPipeError) and issubclass(eventq.Closed, eventq.Error)
-    assert issubclass(eventq.Timeout, TimeoutError) and issubclass(eventq.Timeout, eventq.Error)
-    assert issubclass(eventq.WouldBlock, BlockingIOError) and issubclass(eventq.WouldBlock, eventq.Error)
-    assert issubclass(eventq.InvalidArgument, ValueError) and issubclass(eventq.InvalidArgument, eventq.Error)
-    assert issubclass(eventq.MessageTooLarge, eventq.Error)
+    assert issubclass(eventq.ClosedError, BrokenPipeError) and issubclass(eventq.ClosedError, eventq.Error)
+    assert issubclass(eventq.TimeoutError, TimeoutError) and issubclass(eventq.TimeoutError, eventq.Error)
+    assert issubclass(eventq.WouldBlockError, BlockingIOError) and issubclass(eventq.WouldBlockError, eventq.Error)
+    assert issubclass(eventq.InvalidArgumentError, ValueError) and issubclass(eventq.InvalidArgumentError, eventq.Error)
+    assert issubclass(eventq.MessageTooLargeError, eventq.Error)
     import pickle
 
-    e = pickle.loads(pickle.dumps(eventq.MessageTooLarge(99)))
+    e = pickle.loads(pickle.dumps(eventq.MessageTooLargeError(99)))
     assert e.needed == 99 and e.errno == errno.EMSGSIZE
     assert eventq.strerror(-errno.EPIPE) == eventq.strerror(errno.EPIPE)
     assert eventq.strerror(-99999) == "unknown error"
@@ -421,7 +421,7 @@ def test_interrupted_after_the_take_loses_nothing(monkeypatch: pytest.MonkeyPatc
         taken = 2 if how == "recv_batch" else 1
         assert ch.stats().received == taken  # taken by the library, kept by the handle
         if how == "recv_into":
-            with pytest.raises(eventq.MessageTooLarge) as ei:  # from the stash, still D7
+            with pytest.raises(eventq.MessageTooLargeError) as ei:  # from the stash, still D7
                 ch.recv_into(bytearray(2))
             assert ei.value.needed == 3
             buf = bytearray(8)

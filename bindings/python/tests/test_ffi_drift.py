@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT OR Apache-2.0
-"""The cffi declarations (eventq/_ffi.py) against include/eventq.h and the
+"""The cffi declarations (eventq/_cdef.py) against include/eventq.h and the
 loaded library, so a change of the C ABI is caught here, declaration by
 declaration, instead of as a crash.
 
@@ -7,7 +7,9 @@ The header is parsed with cffi itself (comments and preprocessor lines
 removed, #define values evaluated), then compared with the package's
 declarations: the same functions with the same types, the same typedefs,
 the same struct fields with the same types and offsets, the same constants.
-Struct layouts are also checked against the C compiler's.
+Struct layouts are also checked against the C compiler's. The package's
+own FFI, pre-parsed at build time (eventq/_abi.py, out-of-line ABI mode),
+is checked against the declarations parsed here.
 """
 
 from __future__ import annotations
@@ -22,7 +24,15 @@ import cffi
 import pytest
 
 import eventq
-from eventq._ffi import ffi, lib
+from eventq._cdef import CDEF
+from eventq._ffi import ffi as pkg_ffi
+from eventq._ffi import lib as pkg_lib
+
+# The declarations, parsed here: an out-of-line FFI cannot list an opaque
+# struct's fields (cffi asserts), and it names typedef'd structs by tag.
+ffi = cffi.FFI()
+ffi.cdef(CDEF)
+lib = ffi.dlopen(eventq.library_path)
 
 from conftest import compile_c
 
@@ -108,8 +118,8 @@ def test_every_declared_function_is_in_the_library() -> None:
 def test_functions_match_the_header(header) -> None:
     _, ffi_h, lib_h = header
     ours, theirs = functions(lib), functions(lib_h)
-    assert sorted(theirs - ours) == [], "in include/eventq.h but not declared in eventq/_ffi.py"
-    assert sorted(ours - theirs) == [], "declared in eventq/_ffi.py but not in include/eventq.h"
+    assert sorted(theirs - ours) == [], "in include/eventq.h but not declared in eventq/_cdef.py"
+    assert sorted(ours - theirs) == [], "declared in eventq/_cdef.py but not in include/eventq.h"
     for name in sorted(ours):
         assert ffi.typeof(getattr(lib, name)).cname == ffi_h.typeof(getattr(lib_h, name)).cname, name
 
@@ -162,3 +172,30 @@ def test_struct_layouts_match_the_compiler(tmp_path: Path) -> None:
     actual = {k: int(v) for k, v in (line.rsplit(" ", 1) for line in out.splitlines())}
     assert actual == expected
     assert len(expected) > 20
+
+
+def _plain(cname: str) -> str:
+    """A C type name with `struct X` written X (every struct here has a
+    typedef of its own tag's name)."""
+    return re.sub(r"\bstruct (\w+)", r"\1", cname)
+
+
+def test_the_package_uses_these_declarations() -> None:
+    """The FFI the package loaded (pre-parsed or not) has the same
+    functions, types, struct layouts and constants as _cdef.py."""
+    assert functions(pkg_lib) == functions(lib)
+    for name in sorted(functions(lib)):
+        assert _plain(pkg_ffi.typeof(getattr(pkg_lib, name)).cname) == _plain(
+            ffi.typeof(getattr(lib, name)).cname
+        ), name
+    assert pkg_ffi.list_types() == ffi.list_types()
+    _, structs, _ = ffi.list_types()
+    for name in structs:
+        t = ffi.typeof(f"struct {name}")
+        if t.fields is None:
+            continue
+        assert pkg_ffi.sizeof(f"struct {name}") == ffi.sizeof(t), name
+        for field, _ in t.fields:
+            assert pkg_ffi.offsetof(f"struct {name}", field) == ffi.offsetof(t, field), (name, field)
+    ours = {n: getattr(lib, n) for n in dir(lib) if isinstance(getattr(lib, n), int)}
+    assert {n: getattr(pkg_lib, n) for n in ours} == ours

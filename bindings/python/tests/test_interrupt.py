@@ -202,7 +202,7 @@ def test_repeated_interrupts_of_a_busy_stream_lose_nothing() -> None:
                     got.append(ch.recv())
             except KeyboardInterrupt:
                 interrupts += 1
-            except eventq.Closed:
+            except eventq.ClosedError:
                 signal.signal(signal.SIGINT, signal.SIG_IGN)  # a late SIGINT must not hit the checks
                 break
         assert [int.from_bytes(m, "little") for m in got] == list(range(N))

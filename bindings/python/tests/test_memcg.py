@@ -14,7 +14,7 @@
 - memwatch on a real cgroup: a process allocating past the threshold gives
   the crossing up and down lines; rmdir ends the program.
 - Without a loop or a thread of the library's: next() in threads, close()
-  waking threads and coroutines that wait (WatchClosed) with every fd
+  waking threads and coroutines that wait (WatchClosedError) with every fd
   freed, next_async() cancelled losing nothing, timeouts, a PSI trigger
   that cannot fire reporting nothing while another on the same cgroup
   file fires (the kernel wakes both), read() with a poll's flags.
@@ -102,13 +102,13 @@ def child_cgroups() -> Iterator[Callable[[str], str]]:
 
 
 def test_errors_say_what_is_missing(tmp_path: Path) -> None:
-    with pytest.raises(memcg.CgroupNotFound) as ei:
+    with pytest.raises(memcg.CgroupNotFoundError) as ei:
         memcg.Cgroup("/nonexistent/eventq")
     e = ei.value
     assert isinstance(e, FileNotFoundError) and isinstance(e, eventq.Error) and e.errno == errno.ENOENT
     assert "no such cgroup" in str(e) and "/nonexistent/eventq" in str(e)
     for not_a_cgroup in (str(tmp_path), "/proc/self/status", b"/nonexistent"):
-        with pytest.raises(memcg.CgroupNotFound):
+        with pytest.raises(memcg.CgroupNotFoundError):
             memcg.Cgroup(not_a_cgroup)
     with pytest.raises(TypeError):
         memcg.Cgroup(42)  # type: ignore[arg-type]
@@ -116,7 +116,7 @@ def test_errors_say_what_is_missing(tmp_path: Path) -> None:
     # Bad PSI triggers: window outside 500 ms..10 s, stall 0 or longer than
     # the window, negative values.
     for stall, window in ((100_000, 400_000), (100_000, 12_000_000), (0, 2_000_000), (3_000_000, 2_000_000), (-1, 2_000_000)):
-        with pytest.raises(eventq.InvalidArgument) as ei2:
+        with pytest.raises(eventq.InvalidArgumentError) as ei2:
             memcg.psi(None, stall, window, full=stall == 0)
         assert isinstance(ei2.value, ValueError) and isinstance(ei2.value, memcg.CgroupError)
         assert ei2.value.errno == errno.EINVAL
@@ -150,13 +150,13 @@ def test_own_cgroup_and_the_other_versions_interfaces() -> None:
                     make()
                 assert ei.value.errno == errno.ENODEV
                 assert "memory controller or interface not available" in str(ei.value)
-            with pytest.raises(eventq.InvalidArgument):
+            with pytest.raises(eventq.InvalidArgumentError):
                 memcg.events(cg, "a/b")
-            with pytest.raises(eventq.InvalidArgument):
+            with pytest.raises(eventq.InvalidArgumentError):
                 memcg.pressure_level(cg, 7)  # type: ignore[arg-type]
-            with pytest.raises(eventq.InvalidArgument):
+            with pytest.raises(eventq.InvalidArgumentError):
                 memcg.pressure_level(cg, Level.LOW, 2**40)  # type: ignore[arg-type]
-            with pytest.raises(eventq.InvalidArgument):
+            with pytest.raises(eventq.InvalidArgumentError):
                 memcg.threshold(cg, -1)
     if v2 is not None:
         with memcg.Cgroup(v2) as cg:
@@ -180,18 +180,18 @@ def test_system_wide_psi_trigger() -> None:
     with pytest.raises(ValueError, match="closed"):
         w.poll()
     assert list(w) == []  # a closed watch ends at once
-    with pytest.raises(memcg.WatchClosed) as ei:
+    with pytest.raises(memcg.WatchClosedError) as ei:
         w.next()
     assert ei.value.errno == errno.EBADF and isinstance(ei.value, ValueError)
 
     # A full stall of 10 s in a 10 s window: nothing here comes near it.
     with memcg.psi(None, 10_000_000, 10_000_000, full=True) as w:
         assert w.read() is None and w.poll() == []
-        with pytest.raises(eventq.WouldBlock):
+        with pytest.raises(eventq.WouldBlockError):
             w.next(timeout=0)
-        with pytest.raises(eventq.Timeout):
+        with pytest.raises(eventq.TimeoutError):
             w.next(timeout=0.01)
-        with pytest.raises(eventq.InvalidArgument):
+        with pytest.raises(eventq.InvalidArgumentError):
             w.next(timeout=-1)
         # POLLIN from a poll of the fd is the firing that poll took.
         ev = w.read(select.POLLIN)
@@ -365,15 +365,29 @@ def run_memwatch(*args: str, **kw: Any) -> subprocess.Popen[str]:
 
 
 def test_memwatch_usage_errors() -> None:
-    for args, code, text in (
-        ((), 2, "usage"),
-        (("/x", "many"), 2, "<bytes> must be a number"),
-        (("/x", "1", "soon"), 2, "[psi stall us] must be a number"),
-        (("/nonexistent/eventq", "1"), 1, "no such cgroup"),
+    """argparse's messages and exit status 2 for bad arguments; 1 when no
+    watch can be set up."""
+    for args, code, texts in (
+        ((), 2, ("usage: python -m eventq.memwatch", "the following arguments are required: CGROUP_DIR, BYTES")),
+        (("/x", "many"), 2, ("usage:", "argument BYTES: not a number: 'many'")),
+        (("/x", "1", "soon"), 2, ("argument STALL_US: not a number: 'soon'",)),
+        (("/x", "-5"), 2, ("argument BYTES: must not be negative: '-5'",)),
+        (("/x", "1", "2", "3"), 2, ("unrecognized arguments: 3",)),
+        (("/nonexistent/eventq", "1"), 1, ("no such cgroup",)),
     ):
         p = run_memwatch(*args)
         out, err = p.communicate(timeout=60)
-        assert p.returncode == code and text in err, (args, out, err)
+        assert p.returncode == code and all(t in err for t in texts), (args, out, err)
+
+
+def test_memwatch_help() -> None:
+    """--help: the full text on stdout, exit status 0."""
+    p = run_memwatch("--help")
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0 and err == "", (out, err)
+    assert out.startswith("usage: python -m eventq.memwatch [-h] CGROUP_DIR BYTES [STALL_US]"), out
+    for text in ("CGROUP_DIR", "usage threshold in bytes", "default: 100000", "cgroup2", "Exit status"):
+        assert text in out, (text, out)
 
 
 def test_memwatch_on_a_real_cgroup(child_cgroups: Callable[[str], str]) -> None:
@@ -468,7 +482,7 @@ def idle_watch(child_cgroups: Callable[[str], str]) -> tuple[memcg.Watch, str | 
 
 def test_next_in_a_thread_until_the_end(child_cgroups: Callable[[str], str]) -> None:
     """next() blocks a thread (not the library's: the caller's) until the
-    event; REMOVED is the last, then WatchEnded."""
+    event; REMOVED is the last, then WatchEndedError."""
     w, d = idle_watch(child_cgroups)
     if d is None:
         pytest.skip("cgroup2 is not mounted")
@@ -479,7 +493,7 @@ def test_next_in_a_thread_until_the_end(child_cgroups: Callable[[str], str]) -> 
     t.join()
     [ev] = got
     assert ev.kind == Kind.REMOVED and w.ended and "ended" in repr(w)
-    with pytest.raises(memcg.WatchEnded) as ei:
+    with pytest.raises(memcg.WatchEndedError) as ei:
         w.next(timeout=0)
     assert ei.value.errno == errno.ENOENT and isinstance(ei.value, FileNotFoundError)
     w.close()
@@ -487,7 +501,7 @@ def test_next_in_a_thread_until_the_end(child_cgroups: Callable[[str], str]) -> 
 
 def test_close_wakes_every_waiter_and_frees_the_fds(child_cgroups: Callable[[str], str]) -> None:
     """close() from another thread wakes the threads in next() on one watch
-    and the coroutines in next_async() on another with WatchClosed; every
+    and the coroutines in next_async() on another with WatchClosedError; every
     fd of the watches (and of their waits) is freed once they are gone. A
     watch is waited on in threads or in one event loop, not both."""
     gc.collect()
@@ -522,10 +536,10 @@ def test_close_wakes_every_waiter_and_frees_the_fds(child_cgroups: Callable[[str
     asyncio.run(wait_async())
     for t in threads + [closer]:
         t.join()
-    assert len(errors) == 5 and all(isinstance(e, memcg.WatchClosed) for e in errors), errors
+    assert len(errors) == 5 and all(isinstance(e, memcg.WatchClosedError) for e in errors), errors
     for w in (in_threads, in_loop):
         assert list(w) == [] and "closed" in repr(w)
-        with pytest.raises(memcg.WatchClosed):
+        with pytest.raises(memcg.WatchClosedError):
             w.fileno()
     gc.collect()
     assert len(os.listdir("/proc/self/fd")) == fds
@@ -544,9 +558,9 @@ def test_async_cancel_loses_nothing(child_cgroups: Callable[[str], str]) -> None
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        with pytest.raises(eventq.Timeout):
+        with pytest.raises(eventq.TimeoutError):
             await w.next_async(timeout=0.01)
-        with pytest.raises(eventq.WouldBlock):
+        with pytest.raises(eventq.WouldBlockError):
             await w.next_async(timeout=0)
         os.rmdir(d)
         return await w.next_async()
@@ -554,7 +568,7 @@ def test_async_cancel_loses_nothing(child_cgroups: Callable[[str], str]) -> None
     with w:
         ev = asyncio.run(scenario())
         assert ev.kind == Kind.REMOVED
-        with pytest.raises(memcg.WatchEnded):
+        with pytest.raises(memcg.WatchEndedError):
             asyncio.run(w.next_async())
 
 

@@ -105,7 +105,7 @@ def receive_all(rx: eventq.Chan, chk: Checker) -> None:
     while True:
         try:
             chk.check(rx.recv(timeout=WATCHDOG))
-        except eventq.Closed:
+        except eventq.ClosedError:
             return
 
 
@@ -138,13 +138,13 @@ def test_end_of_stream_when_the_sender_is_killed(children: Any) -> None:
     # A thread blocked in the library's receive, and the main thread
     # waiting in poll(): both see end of stream once the child is gone.
     result: list[Any] = []
-    waiter = threading.Thread(target=lambda: result.append(pytest.raises(eventq.Closed, rx.recv, timeout=WATCHDOG)))
+    waiter = threading.Thread(target=lambda: result.append(pytest.raises(eventq.ClosedError, rx.recv, timeout=WATCHDOG)))
     waiter.start()
     child.kill()
-    with pytest.raises(eventq.Closed):
+    with pytest.raises(eventq.ClosedError):
         rx.recv(timeout=WATCHDOG)
     waiter.join()
-    assert result, "the blocked receive did not end with Closed"
+    assert result, "the blocked receive did not end with ClosedError"
     assert rx.stats().closed
     rx.release()
 
@@ -159,25 +159,25 @@ def test_a_send_stops_waiting_when_the_receiver_is_killed(children: Any) -> None
     for seq in range(1, capacity + 1):
         tx.send(encode(0, seq), timeout=0)  # the room the child made
     # A thread blocked in the library's send and the main thread waiting in
-    # poll() on the full ring: both stop waiting with Closed once the child
+    # poll() on the full ring: both stop waiting with ClosedError once the child
     # is gone.
     result: list[Any] = []
     waiter = threading.Thread(
-        target=lambda: result.append(pytest.raises(eventq.Closed, tx.send, b"refused", timeout=WATCHDOG))
+        target=lambda: result.append(pytest.raises(eventq.ClosedError, tx.send, b"refused", timeout=WATCHDOG))
     )
     waiter.start()
     child.kill()
-    with pytest.raises(eventq.Closed):
+    with pytest.raises(eventq.ClosedError):
         tx.send(b"refused too", timeout=WATCHDOG)
     waiter.join()
-    assert result, "the blocked send did not end with Closed"
+    assert result, "the blocked send did not end with ClosedError"
     # The end goes to a successor, with what the dead one had not taken.
     a, b = socket.socketpair()
     with a, b:
         tx.send_to(a)
         rx = eventq.Chan.recv_from(b, timeout=WATCHDOG)
     assert [rx.recv(timeout=0) for _ in range(capacity)] == [encode(0, 1 + i) for i in range(capacity)]
-    with pytest.raises(eventq.WouldBlock):
+    with pytest.raises(eventq.WouldBlockError):
         rx.recv(timeout=0)
     tx.release()
     rx.release()
@@ -212,7 +212,7 @@ def test_asyncio_end_of_stream_when_the_sender_is_killed(children: Any) -> None:
         await asyncio.sleep(0)  # the task waits on the fd (add_reader)
         assert not task.done()
         child.kill()
-        with pytest.raises(eventq.Closed):
+        with pytest.raises(eventq.ClosedError):
             await task
         rx.release()
 
@@ -228,38 +228,38 @@ def test_sides_and_errors() -> None:
         assert local.side is None
         a, b = socket.socketpair()
         with a, b:
-            with pytest.raises(eventq.InvalidArgument):
+            with pytest.raises(eventq.InvalidArgumentError):
                 local.send_to(a)
-        with pytest.raises(eventq.InvalidArgument):
+        with pytest.raises(eventq.InvalidArgumentError):
             local.export_fds()
     with eventq.Chan.new_shared(4, side=eventq.Side.SEND) as made:
         a, b = socket.socketpair()
         b.close()
         with a, pytest.raises(BrokenPipeError) as pipe:
             made.send_to(a)
-        assert not isinstance(pipe.value, eventq.Closed)
+        assert not isinstance(pipe.value, eventq.ClosedError)
     tx, rx = pair(eventq.Side.SEND, capacity=4)
     assert (tx.side, rx.side) == (eventq.Side.SEND, eventq.Side.RECV)
     assert str(tx.side) == "send" and "side=recv" in repr(rx)
-    with pytest.raises(eventq.WrongSide) as e:
+    with pytest.raises(eventq.WrongSideError) as e:
         tx.recv(timeout=0)
     assert isinstance(e.value, PermissionError) and "only sends, or only receives" in str(e.value)
     with pytest.raises(PermissionError):
         rx.send(b"x")
     a, b = socket.socketpair()
     with a, b:
-        with pytest.raises(eventq.Attached):
+        with pytest.raises(eventq.AttachedError):
             tx.send_to(a)
-    with pytest.raises(eventq.Attached):
+    with pytest.raises(eventq.AttachedError):
         tx.export_fds()
-    with pytest.raises(eventq.MessageTooLarge):
+    with pytest.raises(eventq.MessageTooLargeError):
         tx.send(bytes(4097))  # the default limit of a shared channel
     tx.send(b"whole")
     assert rx.recv(timeout=0) == b"whole"
-    with pytest.raises(eventq.WouldBlock):
+    with pytest.raises(eventq.WouldBlockError):
         rx.recv(timeout=0)
     tx.close()
-    with pytest.raises(eventq.Closed):
+    with pytest.raises(eventq.ClosedError):
         rx.recv(timeout=0)
     tx.release()
     rx.release()
@@ -268,15 +268,15 @@ def test_sides_and_errors() -> None:
 def test_what_arrives_is_checked() -> None:
     a, b = socket.socketpair()
     with a, b:
-        with pytest.raises(eventq.WouldBlock):
+        with pytest.raises(eventq.WouldBlockError):
             eventq.Chan.recv_from(b, timeout=0)
-        with pytest.raises(eventq.Timeout):
+        with pytest.raises(eventq.TimeoutError):
             eventq.Chan.recv_from(b, timeout=0.001)
         a.sendall(bytes(16))
-        with pytest.raises(eventq.BrokenProtocol):
+        with pytest.raises(eventq.BrokenProtocolError):
             eventq.Chan.recv_from(b)
         a.close()
-        with pytest.raises(eventq.BrokenProtocol):  # end of file
+        with pytest.raises(eventq.BrokenProtocolError):  # end of file
             eventq.Chan.recv_from(b.fileno())
     # Exported fds taken in this process: import_fds owns them.
     tx = eventq.Chan.new_shared(4, side=eventq.Side.SEND)
@@ -289,7 +289,7 @@ def test_what_arrives_is_checked() -> None:
     with pytest.raises(ValueError):
         eventq.Chan.import_fds(fds)
     for bad in ("", "send", "send:1,2,3", "both:3,4,5,6", "recv:3,4,x,6", "recv:-1,4,5,6"):
-        with pytest.raises(eventq.InvalidArgument):
+        with pytest.raises(eventq.InvalidArgumentError):
             eventq.Chan.import_fds(bad)
     tx.release()
 

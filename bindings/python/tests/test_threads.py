@@ -92,7 +92,7 @@ def test_c_producers_into_the_main_thread(helper: Any, how: str) -> None:
                 else:
                     for m in ch.recv_batch(32):
                         chk.check(m)
-            except eventq.Closed:
+            except eventq.ClosedError:
                 break
     join()
     assert chk.complete()
@@ -136,7 +136,7 @@ def test_c_producers_into_asyncio(helper: Any, batch: int) -> None:
             while True:
                 try:
                     msgs = await ch.recv_batch_async(batch)
-                except eventq.Closed:
+                except eventq.ClosedError:
                     break
                 for m in msgs:
                     chk.check(m)
@@ -238,7 +238,7 @@ def test_blocked_worker_wakes_on_close() -> None:
     other = ch.clone()
     other.close()  # before or during the worker's wait: either way it ends
     t.join()
-    assert len(out) == 1 and isinstance(out[0], eventq.Closed)
+    assert len(out) == 1 and isinstance(out[0], eventq.ClosedError)
     other.release()
     ch.release()
 
