@@ -17,8 +17,12 @@ import textwrap
 
 import pytest
 
+# A process started with SIGINT ignored (as a shell's background job is)
+# passes that on, and Python then raises no KeyboardInterrupt: the child
+# installs Python's handler itself.
 PRELUDE = """
 import asyncio, os, signal, sys, threading
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import eventq
 def say(line):
     os.write(1, (line + "\\n").encode())
