@@ -34,10 +34,12 @@ need-clippy: | need-cargo
 stage-fmt: | need-rustfmt
 	$(CARGO) fmt --check
 
-# Stage: Rust lints, warnings are errors, with and without the C ABI.
+# Stage: Rust lints, warnings are errors, with and without the C ABI, and
+# the C library's crate (capi/; the commands above check eventq alone).
 stage-clippy: | need-clippy
 	$(CARGO) clippy --all-targets $(CARGO_FEATURES) -- -D warnings
 	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy -p eventq-capi --all-targets -- -D warnings
 
 # Stage: Rust unit and integration tests (the unit tests include header drift).
 stage-cargo-test: | need-cargo
@@ -49,27 +51,46 @@ stage-doc: | need-cargo
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps
 
 # Stage: the crate as a Rust user gets it. What `cargo package` would ship
-# (no fuzz corpus, C tests or build outputs), and a program outside the
-# repository that depends on it by path builds without cbindgen (the C ABI
-# is a feature it does not turn on) and runs.
+# (no fuzz corpus, C tests, C library crate or build outputs), and a
+# program outside the repository that depends on it by path builds and
+# runs: without cbindgen (the C ABI is a feature it does not turn on) and
+# without a static library (the crate is an rlib; the C library is capi/).
+# The user's copy of eventq is cleaned first, so what is checked is what
+# this build made.
 RUST_USER_DIR = $(CURDIR)/$(BUILD)/rust-user
 stage-rust-user: | need-cargo
 	@mkdir -p $(BUILD)
-	@$(CARGO) package --list --allow-dirty > $(BUILD)/package-list.txt
-	@if grep -Ev '^(src/|build\.rs|cbindgen\.toml|README\.md|CHANGELOG\.md|LICENSE-|docs/design\.md|docs/decisions/[0-9A-Za-z-]+\.md|Cargo\.(toml|toml\.orig|lock)$$|\.cargo_vcs_info\.json$$)' \
+	@$(CARGO) package -p eventq --list --allow-dirty > $(BUILD)/package-list.txt
+	@if grep -Ev '^(src/|build\.rs|cbindgen\.toml|README\.md|CHANGELOG\.md|LICENSE-|docs/design\.md|docs/decisions/[0-9A-Za-z-]+\.md|examples/[0-9a-z_]+\.rs|Cargo\.(toml|toml\.orig|lock)$$|\.cargo_vcs_info\.json$$)' \
 	    $(BUILD)/package-list.txt; then echo "error: cargo package would ship the files above" >&2; exit 1; fi
-	@echo "cargo package ships $$(wc -l < $(BUILD)/package-list.txt) files: sources, build script, docs, licences"
+	@echo "cargo package ships $$(wc -l < $(BUILD)/package-list.txt) files: sources, build script, examples, docs, licences"
 	@dir=$$(mktemp -d /tmp/eventq-rust-user.XXXXXX) && trap 'rm -rf "$$dir"' EXIT && \
 	  mkdir -p "$$dir/src" && cp tests/rust-user/src/main.rs "$$dir/src/" && \
 	  sed 's|@EVENTQ_PATH@|$(CURDIR)|' tests/rust-user/Cargo.toml.in > "$$dir/Cargo.toml" && \
-	  cd "$$dir" && CARGO_TARGET_DIR=$(RUST_USER_DIR)/target $(CARGO) tree -e normal,build > tree.txt && \
+	  cd "$$dir" && export CARGO_TARGET_DIR=$(RUST_USER_DIR)/target && \
+	  $(CARGO) tree -e normal,build > tree.txt && \
 	  if grep -q cbindgen tree.txt; then cat tree.txt; echo "error: a Rust user builds cbindgen" >&2; exit 1; fi && \
 	  echo "a Rust user's dependency tree: $$(grep -c . tree.txt) crates, no cbindgen" && \
-	  CARGO_TARGET_DIR=$(RUST_USER_DIR)/target $(CARGO) run -q
+	  $(CARGO) clean -q -p eventq && $(CARGO) run -q && \
+	  made=$$(find "$$CARGO_TARGET_DIR" \( -name 'libeventq*.a' -o -name '*cbindgen*' \) -print) && \
+	  if [ -n "$$made" ]; then echo "$$made"; echo "error: a Rust user's build made the files above (a static library, or cbindgen)" >&2; exit 1; fi && \
+	  echo "a Rust user's build: an rlib of eventq, no libeventq*.a, no cbindgen"
+
+# Stage: the Rust API against 0.2.0's, by cargo-semver-checks when it is
+# installed. A report: 0.3 may break 0.2 (a 0.x minor bump is a major one
+# to semver), which the tool knows from the two versions, so the stage
+# fails only where the check itself cannot run.
+SEMVER_BASELINE ?= 0d4fd39
+stage-semver: | need-cargo
+	@if ! $(CARGO) semver-checks --version >/dev/null 2>&1; then \
+	  echo "skipped: cargo-semver-checks not installed (cargo install cargo-semver-checks)"; \
+	  mkdir -p $(BUILD)/stages && touch $(BUILD)/stages/$@.skipped; exit 0; fi; \
+	  echo "$(CARGO) semver-checks -p eventq --baseline-rev $(SEMVER_BASELINE)"; \
+	  $(CARGO) semver-checks -p eventq --baseline-rev $(SEMVER_BASELINE)
 
 # Stage: the committed header equals a fresh generation.
 stage-header: | need-cargo
-	CARGO="$(CARGO)" CARGO_FEATURES="$(CARGO_FEATURES)" scripts/check-header.sh $(HEADER)
+	CARGO="$(CARGO)" scripts/check-header.sh $(HEADER)
 
 # Stage: the header compiles and links, warning-free with -pedantic, as
 # every C standard from C99 and every C++ standard from C++11 (the header
