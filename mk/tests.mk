@@ -51,19 +51,21 @@ stage-doc: | need-cargo
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps
 
 # Stage: the crate as a Rust user gets it. What `cargo package` would ship
-# (no fuzz corpus, C tests, C library crate or build outputs), and a
+# (the Rust sources, examples, tests and benches; no fuzz corpus, C tests,
+# C library crate or build outputs), and a
 # program outside the repository that depends on it by path builds and
 # runs: without cbindgen (the C ABI is a feature it does not turn on) and
 # without a static library (the crate is an rlib; the C library is capi/).
-# The user's copy of eventq is cleaned first, so what is checked is what
-# this build made.
+# Such files left by an earlier build, and the user's copy of eventq, are
+# removed first, so what is checked is what this build made.
 RUST_USER_DIR = $(CURDIR)/$(BUILD)/rust-user
+RUST_USER_UNWANTED = \( -name 'libeventq*.a' -o -name '*cbindgen*' \)
 stage-rust-user: | need-cargo
 	@mkdir -p $(BUILD)
 	@$(CARGO) package -p eventq --list --allow-dirty > $(BUILD)/package-list.txt
-	@if grep -Ev '^(src/|build\.rs|cbindgen\.toml|README\.md|CHANGELOG\.md|LICENSE-|docs/design\.md|docs/decisions/[0-9A-Za-z-]+\.md|examples/[0-9a-z_]+\.rs|Cargo\.(toml|toml\.orig|lock)$$|\.cargo_vcs_info\.json$$)' \
+	@if grep -Ev '^(src/|build\.rs|cbindgen\.toml|README\.md|CHANGELOG\.md|LICENSE-|docs/design\.md|docs/decisions/[0-9A-Za-z-]+\.md|(examples|tests|benches)/[0-9a-z_]+\.rs|tests/(common|fds)/mod\.rs|Cargo\.(toml|toml\.orig|lock)$$|\.cargo_vcs_info\.json$$)' \
 	    $(BUILD)/package-list.txt; then echo "error: cargo package would ship the files above" >&2; exit 1; fi
-	@echo "cargo package ships $$(wc -l < $(BUILD)/package-list.txt) files: sources, build script, examples, docs, licences"
+	@echo "cargo package ships $$(wc -l < $(BUILD)/package-list.txt) files: sources, build script, Rust examples, tests and benches, docs, licences"
 	@dir=$$(mktemp -d /tmp/eventq-rust-user.XXXXXX) && trap 'rm -rf "$$dir"' EXIT && \
 	  mkdir -p "$$dir/src" && cp tests/rust-user/src/main.rs "$$dir/src/" && \
 	  sed 's|@EVENTQ_PATH@|$(CURDIR)|' tests/rust-user/Cargo.toml.in > "$$dir/Cargo.toml" && \
@@ -71,8 +73,9 @@ stage-rust-user: | need-cargo
 	  $(CARGO) tree -e normal,build > tree.txt && \
 	  if grep -q cbindgen tree.txt; then cat tree.txt; echo "error: a Rust user builds cbindgen" >&2; exit 1; fi && \
 	  echo "a Rust user's dependency tree: $$(grep -c . tree.txt) crates, no cbindgen" && \
+	  mkdir -p "$$CARGO_TARGET_DIR" && find "$$CARGO_TARGET_DIR" $(RUST_USER_UNWANTED) -prune -exec rm -rf {} + && \
 	  $(CARGO) clean -q -p eventq && $(CARGO) run -q && \
-	  made=$$(find "$$CARGO_TARGET_DIR" \( -name 'libeventq*.a' -o -name '*cbindgen*' \) -print) && \
+	  made=$$(find "$$CARGO_TARGET_DIR" $(RUST_USER_UNWANTED) -print) && \
 	  if [ -n "$$made" ]; then echo "$$made"; echo "error: a Rust user's build made the files above (a static library, or cbindgen)" >&2; exit 1; fi && \
 	  echo "a Rust user's build: an rlib of eventq, no libeventq*.a, no cbindgen"
 
