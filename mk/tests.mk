@@ -54,8 +54,10 @@ stage-doc: | need-cargo
 # (the Rust sources, examples, tests and benches; no fuzz corpus, C tests,
 # C library crate or build outputs), and a
 # program outside the repository that depends on it by path builds and
-# runs: without cbindgen (the C ABI is a feature it does not turn on) and
-# without a static library (the crate is an rlib; the C library is capi/).
+# runs: without cbindgen (the C ABI is a feature it does not turn on),
+# without a static library (the crate is an rlib; the C library is capi/),
+# and with a second, semver-incompatible eventq beside it (the packaged
+# crate renumbered 99.0.0), which a `links` key would refuse.
 # Such files left by an earlier build, and the user's copy of eventq, are
 # removed first, so what is checked is what this build made.
 RUST_USER_DIR = $(CURDIR)/$(BUILD)/rust-user
@@ -68,7 +70,11 @@ stage-rust-user: | need-cargo
 	@echo "cargo package ships $$(wc -l < $(BUILD)/package-list.txt) files: sources, build script, Rust examples, tests and benches, docs, licences"
 	@dir=$$(mktemp -d /tmp/eventq-rust-user.XXXXXX) && trap 'rm -rf "$$dir"' EXIT && \
 	  mkdir -p "$$dir/src" && cp tests/rust-user/src/main.rs "$$dir/src/" && \
-	  sed 's|@EVENTQ_PATH@|$(CURDIR)|' tests/rust-user/Cargo.toml.in > "$$dir/Cargo.toml" && \
+	  $(CARGO) package -q -p eventq --allow-dirty --no-verify && \
+	  tar -xzf $(CARGO_TARGET_DIR)/package/eventq-$(VERSION).crate -C "$$dir" && mv "$$dir/eventq-$(VERSION)" "$$dir/next" && \
+	  sed -i 's/^version = "$(VERSION)"$$/version = "99.0.0"/' "$$dir/next/Cargo.toml" && \
+	  grep -q '^version = "99.0.0"$$' "$$dir/next/Cargo.toml" && \
+	  sed -e 's|@EVENTQ_PATH@|$(CURDIR)|' -e "s|@EVENTQ_NEXT_PATH@|$$dir/next|" tests/rust-user/Cargo.toml.in > "$$dir/Cargo.toml" && \
 	  cd "$$dir" && export CARGO_TARGET_DIR=$(RUST_USER_DIR)/target && \
 	  $(CARGO) tree -e normal,build > tree.txt && \
 	  if grep -q cbindgen tree.txt; then cat tree.txt; echo "error: a Rust user builds cbindgen" >&2; exit 1; fi && \
