@@ -52,14 +52,14 @@ stage-doc: | need-cargo
 
 # Stage: the crate as a Rust user gets it. What `cargo package` would ship
 # (the Rust sources, examples, tests and benches; no fuzz corpus, C tests,
-# C library crate or build outputs), and a
-# program outside the repository that depends on it by path builds and
-# runs: without cbindgen (the C ABI is a feature it does not turn on),
-# without a static library (the crate is an rlib; the C library is capi/),
-# and with a second, semver-incompatible eventq beside it (the packaged
-# crate renumbered 99.0.0), which a `links` key would refuse.
-# Such files left by an earlier build, and the user's copy of eventq, are
-# removed first, so what is checked is what this build made.
+# C library crate or build outputs), and a program outside the repository
+# that depends on it by path builds and runs: without cbindgen (the C ABI
+# is a feature it does not turn on), without a static library (the crate
+# is an rlib; the C library is capi/), and with a second,
+# semver-incompatible eventq beside it (the packaged crate renumbered
+# 99.0.0), which a `links` key would refuse. Such files left by an earlier
+# build, and the user's copies of eventq, are removed first, so what is
+# checked is what this build made.
 RUST_USER_DIR = $(CURDIR)/$(BUILD)/rust-user
 RUST_USER_UNWANTED = \( -name 'libeventq*.a' -o -name '*cbindgen*' \)
 stage-rust-user: | need-cargo
