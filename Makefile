@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT OR Apache-2.0
 # libeventq: build, install and test the Rust core, its C ABI and bindings.
 #
-#   make                 release build (build/lib/libeventq.so, target/release/libeventq.a, man pages)
+#   make                 release build (build/lib/libeventq.so, build/lib/libeventq.a, man pages)
 #   make check           the quick tier: lints, Rust tests, C tests, Go and Python unit tests
 #   make test            every check (what CI runs), in order, stopping at the first failure
 #   make test-GROUP      one group of stages: rust, c, go, python, packaging, bench, proofs
@@ -35,7 +35,9 @@ endif
 # --- Outputs -----------------------------------------------------------------
 BUILD := build
 # The C ABI and its header are behind a cargo feature (Rust users of the
-# crate build neither); every cargo build of the C library turns it on.
+# crate build neither). The C library's crate (capi/) turns it on itself;
+# the Rust checks of the crate with its C ABI (clippy, cargo test, make
+# header) pass this.
 CARGO_FEATURES   ?= --features capi
 CARGO_TARGET_DIR ?= target
 
@@ -84,7 +86,7 @@ include mk/build.mk mk/install.mk mk/tests.mk mk/bindings.mk mk/bench.mk mk/proo
 # A stage is a target stage-NAME defined in mk/; scripts/run-stages.sh runs
 # a list of them and prints the summary the CI reads. Each stage is in one
 # group; `make test` runs them all in the order of TEST_STAGES.
-STAGES_rust      := fmt clippy cargo-test doc rust-user
+STAGES_rust      := fmt clippy cargo-test doc rust-user semver
 STAGES_packaging := header header-std install installed-lib abi licenses man-pages \
                     cmake static-link debuginfo uninstall
 STAGES_c         := c-tests c-static examples examples-run
@@ -99,7 +101,7 @@ GROUPS           := rust c go python packaging bench proofs
 # leave a core idle: the release build's serial tail, the C programs, the
 # packaging checks, the Python tests. The Go race tests and the benchmark
 # builds, which keep both cores busy, come last, once loom is done.
-TEST_STAGES := fmt clippy cargo-test doc rust-user loom header header-std install installed-lib abi \
+TEST_STAGES := fmt clippy cargo-test doc rust-user semver loom header header-std install installed-lib abi \
                c-tests c-static examples examples-run licenses man-pages cmake static-link \
                debuginfo uninstall stress-smoke crash-smoke hostile-smoke leaks-smoke fuzz-corpus \
                sanitize-smoke python python-wheel \

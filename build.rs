@@ -27,6 +27,9 @@ fn capi() {
     // cbindgen reads the whole crate, not just src/ffi.
     println!("cargo:rerun-if-changed=src");
     println!("cargo:rerun-if-changed=cbindgen.toml");
+    // So that `make header` also rewrites a committed header edited by
+    // hand (or checked out from elsewhere) while src/ffi did not change.
+    println!("cargo:rerun-if-changed=include/eventq.h");
     println!("cargo:rerun-if-env-changed=EVENTQ_UPDATE_HEADER");
 
     let mut config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml"))

@@ -1,9 +1,13 @@
 # SPDX-License-Identifier: MIT OR Apache-2.0
-# The build: the release libeventq.a (cargo), libeventq.so linked from it
-# with eventq.map, rustc's native-static-libs list, the header.
+# The build: the release libeventq.a (cargo, the crate eventq-capi in
+# capi/), libeventq.so linked from it with eventq.map, rustc's
+# native-static-libs list, the header.
 
 LIB_SO   := $(BUILD)/lib/libeventq.so
-LIB_A    := $(CARGO_TARGET_DIR)/release/libeventq.a
+LIB_A    := $(BUILD)/lib/libeventq.a
+# What cargo builds: the C library's crate (capi/) is named eventq_capi, as
+# the Rust crate eventq is a dependency of it.
+CAPI_A   := $(CARGO_TARGET_DIR)/release/libeventq_capi.a
 HEADER   := include/eventq.h
 SONAME   := libeventq.so.$(VERSION_MAJOR)
 REALNAME := libeventq.so.$(VERSION)
@@ -15,9 +19,13 @@ NATIVE_LIBS := $(BUILD)/native-libs/native-static-libs.txt
 
 # cargo decides whether anything is stale; make only re-stats the outputs.
 # One cargo build gives both: see scripts/native-static-libs.sh.
-$(LIB_A): FORCE | need-cargo
-	@CARGO="$(CARGO)" CARGO_FEATURES="$(CARGO_FEATURES)" scripts/native-static-libs.sh $(NATIVE_LIBS)
-$(NATIVE_LIBS): $(LIB_A) ;
+$(CAPI_A): FORCE | need-cargo
+	@CARGO="$(CARGO)" scripts/native-static-libs.sh $(NATIVE_LIBS)
+$(NATIVE_LIBS): $(CAPI_A) ;
+# Under its C name, beside libeventq.so (cp -p: make copies only a new one).
+$(LIB_A): $(CAPI_A)
+	@mkdir -p $(@D)
+	cp -p $< $@
 # The shared library is linked here from the static one, with eventq.map;
 # the crate builds no cdylib: rustc would hand the linker an export list of
 # its own (an anonymous version script) that wins over eventq.map, leaving

@@ -34,10 +34,12 @@ need-clippy: | need-cargo
 stage-fmt: | need-rustfmt
 	$(CARGO) fmt --check
 
-# Stage: Rust lints, warnings are errors, with and without the C ABI.
+# Stage: Rust lints, warnings are errors, with and without the C ABI, and
+# the C library's crate (capi/; the commands above check eventq alone).
 stage-clippy: | need-clippy
 	$(CARGO) clippy --all-targets $(CARGO_FEATURES) -- -D warnings
 	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy -p eventq-capi --all-targets -- -D warnings
 
 # Stage: Rust unit and integration tests (the unit tests include header drift).
 stage-cargo-test: | need-cargo
@@ -49,27 +51,70 @@ stage-doc: | need-cargo
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps
 
 # Stage: the crate as a Rust user gets it. What `cargo package` would ship
-# (no fuzz corpus, C tests or build outputs), and a program outside the
-# repository that depends on it by path builds without cbindgen (the C ABI
-# is a feature it does not turn on) and runs.
+# (the Rust sources, examples, tests and benches; no fuzz corpus, C tests,
+# C library crate or build outputs), and a program outside the repository
+# that depends on it by path builds and runs: without cbindgen (the C ABI
+# is a feature it does not turn on), without a static library (the crate
+# is an rlib; the C library is capi/), and with a second,
+# semver-incompatible eventq beside it (the packaged crate renumbered
+# 99.0.0), which a `links` key would refuse. Such files left by an earlier
+# build, and the user's copies of eventq, are removed first, so what is
+# checked is what this build made.
 RUST_USER_DIR = $(CURDIR)/$(BUILD)/rust-user
+RUST_USER_UNWANTED = \( -name 'libeventq*.a' -o -name '*cbindgen*' \)
 stage-rust-user: | need-cargo
 	@mkdir -p $(BUILD)
-	@$(CARGO) package --list --allow-dirty > $(BUILD)/package-list.txt
-	@if grep -Ev '^(src/|build\.rs|cbindgen\.toml|README\.md|CHANGELOG\.md|LICENSE-|docs/design\.md|docs/decisions/[0-9A-Za-z-]+\.md|Cargo\.(toml|toml\.orig|lock)$$|\.cargo_vcs_info\.json$$)' \
+	@$(CARGO) package -p eventq --list --allow-dirty > $(BUILD)/package-list.txt
+	@if grep -Ev '^(src/|build\.rs|cbindgen\.toml|README\.md|CHANGELOG\.md|LICENSE-|docs/design\.md|docs/decisions/[0-9A-Za-z-]+\.md|(examples|tests|benches)/[0-9a-z_]+\.rs|tests/(common|fds)/mod\.rs|Cargo\.(toml|toml\.orig|lock)$$|\.cargo_vcs_info\.json$$)' \
 	    $(BUILD)/package-list.txt; then echo "error: cargo package would ship the files above" >&2; exit 1; fi
-	@echo "cargo package ships $$(wc -l < $(BUILD)/package-list.txt) files: sources, build script, docs, licences"
+	@echo "cargo package ships $$(wc -l < $(BUILD)/package-list.txt) files: sources, build script, Rust examples, tests and benches, docs, licences"
 	@dir=$$(mktemp -d /tmp/eventq-rust-user.XXXXXX) && trap 'rm -rf "$$dir"' EXIT && \
 	  mkdir -p "$$dir/src" && cp tests/rust-user/src/main.rs "$$dir/src/" && \
-	  sed 's|@EVENTQ_PATH@|$(CURDIR)|' tests/rust-user/Cargo.toml.in > "$$dir/Cargo.toml" && \
-	  cd "$$dir" && CARGO_TARGET_DIR=$(RUST_USER_DIR)/target $(CARGO) tree -e normal,build > tree.txt && \
+	  $(CARGO) package -q -p eventq --allow-dirty --no-verify && \
+	  tar -xzf $(CARGO_TARGET_DIR)/package/eventq-$(VERSION).crate -C "$$dir" && mv "$$dir/eventq-$(VERSION)" "$$dir/next" && \
+	  sed -i 's/^version = "$(VERSION)"$$/version = "99.0.0"/' "$$dir/next/Cargo.toml" && \
+	  grep -q '^version = "99.0.0"$$' "$$dir/next/Cargo.toml" && \
+	  sed -e 's|@EVENTQ_PATH@|$(CURDIR)|' -e "s|@EVENTQ_NEXT_PATH@|$$dir/next|" tests/rust-user/Cargo.toml.in > "$$dir/Cargo.toml" && \
+	  cd "$$dir" && export CARGO_TARGET_DIR=$(RUST_USER_DIR)/target && \
+	  $(CARGO) tree -e normal,build > tree.txt && \
 	  if grep -q cbindgen tree.txt; then cat tree.txt; echo "error: a Rust user builds cbindgen" >&2; exit 1; fi && \
 	  echo "a Rust user's dependency tree: $$(grep -c . tree.txt) crates, no cbindgen" && \
-	  CARGO_TARGET_DIR=$(RUST_USER_DIR)/target $(CARGO) run -q
+	  mkdir -p "$$CARGO_TARGET_DIR" && find "$$CARGO_TARGET_DIR" $(RUST_USER_UNWANTED) -prune -exec rm -rf {} + && \
+	  $(CARGO) clean -q -p eventq && $(CARGO) run -q && \
+	  made=$$(find "$$CARGO_TARGET_DIR" $(RUST_USER_UNWANTED) -print) && \
+	  if [ -n "$$made" ]; then echo "$$made"; echo "error: a Rust user's build made the files above (a static library, or cbindgen)" >&2; exit 1; fi && \
+	  echo "a Rust user's build: an rlib of eventq, no libeventq*.a, no cbindgen"
+
+# Stage: the Rust API against 0.2.0's, by cargo-semver-checks when it is
+# installed: a report of what breaks 0.2 code, to hold against the
+# CHANGELOG. 0.3 may break 0.2 (a 0.x minor bump is a major one to
+# semver), so the tool is asked to judge the release as a minor one (else
+# it skips every check) and its verdict is shown, not enforced: the stage
+# fails only where the check itself cannot run. The Rust API without
+# features: `capi` adds none (src/ffi is private), and its build script
+# cannot run in the tool's checkout of the baseline, which sits in this
+# workspace's target dir.
+SEMVER_BASELINE ?= 0d4fd39
+SEMVER_LOG = $(BUILD)/semver-checks.log
+stage-semver: | need-cargo
+	@if ! $(CARGO) semver-checks --version >/dev/null 2>&1; then \
+	  echo "skipped: cargo-semver-checks not installed (cargo install cargo-semver-checks)"; \
+	  mkdir -p $(BUILD)/stages && touch $(BUILD)/stages/$@.skipped; exit 0; fi; \
+	  if ! git cat-file -e '$(SEMVER_BASELINE)^{commit}' 2>/dev/null; then \
+	  echo "skipped: the baseline $(SEMVER_BASELINE) is not in this clone (a shallow one?)"; \
+	  mkdir -p $(BUILD)/stages && touch $(BUILD)/stages/$@.skipped; exit 0; fi; \
+	  mkdir -p $(BUILD); \
+	  echo "$(CARGO) semver-checks -p eventq --default-features --baseline-rev $(SEMVER_BASELINE) --release-type minor"; \
+	  $(CARGO) semver-checks -p eventq --default-features --baseline-rev $(SEMVER_BASELINE) \
+	    --release-type minor > $(SEMVER_LOG) 2>&1; rc=$$?; cat $(SEMVER_LOG); \
+	  if [ $$rc -eq 0 ]; then echo "semver: no break of the $(SEMVER_BASELINE) API"; \
+	  elif grep -q 'semver requires new \(major\|minor\) version' $(SEMVER_LOG); then \
+	    echo "semver: a report, not a failure: the breaks above are allowed in 0.x minor releases; each belongs in CHANGELOG.md"; \
+	  else echo "error: cargo-semver-checks could not check (exit $$rc, see above)" >&2; exit 1; fi
 
 # Stage: the committed header equals a fresh generation.
 stage-header: | need-cargo
-	CARGO="$(CARGO)" CARGO_FEATURES="$(CARGO_FEATURES)" scripts/check-header.sh $(HEADER)
+	CARGO="$(CARGO)" scripts/check-header.sh $(HEADER)
 
 # Stage: the header compiles and links, warning-free with -pedantic, as
 # every C standard from C99 and every C++ standard from C++11 (the header

@@ -15,13 +15,14 @@ trap 'rm -rf "$tmp"' EXIT
 
 # The release build as make runs it (scripts/native-static-libs.sh), so a
 # built tree builds nothing here.
-if ! "$cargo" rustc --release --lib ${CARGO_FEATURES:---features capi} --message-format=json \
+if ! "$cargo" rustc --release -p eventq-capi --lib --message-format=json \
         -- --print native-static-libs >"$tmp/messages.json" 2>"$tmp/stderr"; then
     cat "$tmp/stderr" >&2
     echo "error: cargo build failed, cannot regenerate the header" >&2
     exit 1
 fi
-# The eventq package's build-script-executed message carries its out_dir.
+# The eventq package's build-script-executed message carries its out_dir
+# (not eventq-capi's: that crate has no build script).
 out_dir=$(grep '"reason":"build-script-executed"' "$tmp/messages.json" \
           | grep -E '"package_id":"[^"]*[#/]eventq[@#]' \
           | sed -n 's/.*"out_dir":"\([^"]*\)".*/\1/p' | tail -n 1)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT OR Apache-2.0
-# The release build of libeventq.a (make's only one), which also writes the
+# The release build of the C library (make's only one: the crate
+# eventq-capi in capi/, target/release/libeventq_capi.a), which also writes the
 # native libraries a static link of it needs, as rustc reports them
 # (--print native-static-libs), to OUT, e.g.
 #   -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
@@ -11,17 +12,17 @@
 # `cargo build --release` builds the crate once more: scripts/check-header.sh
 # runs this same command.
 #
-# usage: scripts/native-static-libs.sh OUT   (CARGO, CARGO_FEATURES)
+# The C library's crate turns on eventq's feature `capi` itself.
+#
+# usage: scripts/native-static-libs.sh OUT   (CARGO)
 set -euo pipefail
 out=$1
 cargo=${CARGO:-cargo}
-features=${CARGO_FEATURES:---features capi}
 
 mkdir -p "$(dirname "$out")"
 log=$out.log
-echo "$cargo rustc --release --lib $features -- --print native-static-libs"
-# shellcheck disable=SC2086
-"$cargo" rustc --release --lib $features -- --print native-static-libs 2>&1 | tee "$log"
+echo "$cargo rustc --release -p eventq-capi --lib -- --print native-static-libs"
+"$cargo" rustc --release -p eventq-capi --lib -- --print native-static-libs 2>&1 | tee "$log"
 libs=$(sed -n 's/^note: native-static-libs: //p' "$log" | tail -n 1)
 if [ -z "$libs" ]; then
     echo "error: rustc printed no native-static-libs line (see above)" >&2

@@ -8,7 +8,12 @@ use std::fmt;
 use std::io;
 
 /// What went wrong. `errno()` gives the C ABI's code.
+///
+/// Non-exhaustive: a later 0.x release may add a condition (as 0.3 added
+/// `Corrupt` and `Attached`), so a `match` needs a `_` arm; `errno()` and the
+/// text cover what it does not name.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Error {
     /// Nothing could be done without waiting, and the caller asked not to
     /// wait (`EAGAIN`).

@@ -271,6 +271,7 @@ fn recorder(
                     .collect(),
             ),
             MemEvent::Removed { .. } => Rec::Removed(name),
+            other => panic!("{name}: a memory event of a kind this test does not know: {other:?}"),
         };
         log.lock().push(rec);
         Ok(())

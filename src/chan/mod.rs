@@ -128,6 +128,21 @@ impl fmt::Debug for Chan {
     }
 }
 
+/// The receive fd, [`Chan::recv_fd`]: what a channel is polled for is its
+/// messages, so a `Chan` passes as an fd to any poller (mio, tokio's
+/// `AsyncFd`, an epoll set) as the fd that is readable exactly while
+/// messages are pending or the channel is closed (D4). Only poll it; never
+/// read or write it. It exists from [`Chan::new`] on, so this neither
+/// creates an fd nor fails; the fd to poll for room is
+/// [`Chan::send_fd`], made on first use, also for the send end of a
+/// process-shared channel (whose receive fd this still is).
+#[cfg(not(loom))]
+impl AsFd for Chan {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.recv_fd()
+    }
+}
+
 impl Chan {
     /// Creates a channel and its receive eventfd (the send one is created
     /// by the first [`send_fd`](Chan::send_fd)). The ring's slots are

@@ -158,8 +158,10 @@ impl Limits {
     }
 }
 
-/// A snapshot of a channel's counters.
+/// A snapshot of a channel's counters. Non-exhaustive: a later release may
+/// count more, so it is read, not built, outside this crate.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Stats {
     /// Messages accepted by sends.
     pub sent: u64,

@@ -41,8 +41,10 @@ pub mod events {
     }
 }
 
-/// What a callback is called for.
+/// What a callback is called for. Non-exhaustive: a new source kind brings
+/// a variant, so a `match` needs a `_` arm.
 #[derive(Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Event<'a> {
     /// An fd source is ready; the `events` flags that are set.
     Fd(u32),

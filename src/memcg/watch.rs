@@ -137,7 +137,9 @@ pub struct Delta {
 }
 
 /// What a memory watch reports for one wake-up (in `Event::Memory`).
+/// Non-exhaustive: a new kind of watch brings a variant.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum MemEvent {
     /// `memory.usage_in_bytes` crossed `threshold`, up or down, `count`
     /// times since the last call (the eventfd counter). `usage` is the usage
@@ -190,7 +192,8 @@ impl MemEvent {
 /// wake-up. Each variant holds the state of its kind (opaque): the v1
 /// variants an eventfd registered through `cgroup.event_control`, `Psi` the
 /// pressure file its trigger was written to, `Counters` the counters file
-/// with what it last read.
+/// with what it last read. Non-exhaustive: a new kind of watch brings a
+/// variant.
 ///
 /// Made by [`Watch::threshold`], [`Watch::oom`], [`Watch::pressure_level`],
 /// [`Watch::psi`], [`Watch::memory_events`] and [`Watch::counters`]. Put it
@@ -247,6 +250,7 @@ impl MemEvent {
 /// }
 /// # Ok::<(), eventq::Error>(())
 /// ```
+#[non_exhaustive]
 pub enum Watch {
     /// cgroup v1: `memory.usage_in_bytes` crossing a threshold.
     Threshold(Threshold),

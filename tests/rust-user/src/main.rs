@@ -42,5 +42,12 @@ fn main() -> eventq::Result<()> {
     lp.run()?;
     closer.join().unwrap();
     println!("rust-user: 4000 messages from 4 threads through a loop, each once and in order");
+
+    // A second, semver-incompatible eventq in the same program: the crate
+    // has no `links` key and, without its C ABI, no symbol of its own.
+    let next = eventq_next::Chan::new(eventq_next::Options::new(1)).expect("eventq 99 new");
+    next.send(b"next", eventq_next::Wait::Never).expect("eventq 99 send");
+    assert_eq!(next.recv(eventq_next::Wait::Never).expect("eventq 99 recv"), b"next");
+    println!("rust-user: two versions of eventq side by side (this one, and a copy numbered 99.0.0)");
     Ok(())
 }
