@@ -34,19 +34,21 @@ need-clippy: | need-cargo
 stage-fmt: | need-rustfmt
 	$(CARGO) fmt --check
 
-# Stage: Rust lints, warnings are errors, with and without the C ABI.
+# Stage: Rust lints, warnings are errors, with every feature (the C ABI,
+# tokio) and with none.
 stage-clippy: | need-clippy
-	$(CARGO) clippy --all-targets $(CARGO_FEATURES) -- -D warnings
+	$(CARGO) clippy --all-targets $(CARGO_FEATURES) --features tokio -- -D warnings
 	$(CARGO) clippy --all-targets -- -D warnings
 
-# Stage: Rust unit and integration tests (the unit tests include header drift).
+# Stage: Rust unit and integration tests (the unit tests include header
+# drift), with the tokio feature's tests and doctests.
 stage-cargo-test: | need-cargo
-	$(CARGO) test $(CARGO_FEATURES)
+	$(CARGO) test $(CARGO_FEATURES) --features tokio
 
 # Stage: the Rust API's documentation builds without a warning (broken
 # links, bad markup); its examples run in stage cargo-test.
 stage-doc: | need-cargo
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --features tokio
 
 # Stage: the crate as a Rust user gets it. What `cargo package` would ship
 # (no fuzz corpus, C tests or build outputs), and a program outside the

@@ -12,6 +12,9 @@
 //! - [`chan`]: the channel ([`Chan`]).
 //! - [`event_loop`] (`src/loop/`): the epoll loop ([`Loop`]).
 //! - [`memcg`]: memory-pressure watches, a source kind of the loop.
+//! - `tokio` (feature `tokio`): `AsyncChan`,
+//!   `recv().await` and `send(..).await` in Tokio's reactor, a `Stream`, a
+//!   `Sink` and a lossless `select`, all cancel-safe.
 //! - `ffi` (feature `capi`, for the C library only): the C ABI
 //!   (`include/eventq.h`).
 
@@ -31,6 +34,8 @@ mod ffi;
 pub mod memcg;
 #[allow(unsafe_code)]
 mod sys;
+#[cfg(feature = "tokio")]
+pub mod tokio;
 
 #[cfg(not(loom))]
 pub use chan::SharedFds;
