@@ -154,6 +154,11 @@ fn register(fd: BorrowedFd<'_>) -> Result<AsyncFd<OwnedFd>> {
     let dup = fd
         .try_clone_to_owned()
         .map_err(|e| io_error("duplicating the channel's fd for tokio", &e))?;
+    // Tokio 1.54 deprecates its safe constructors for an fd type that may
+    // not own its fd; an OwnedFd does and keeps it open and unchanged for
+    // the AsyncFd's life, which is all `register_with_interest` (unsafe)
+    // asks, so the safe call is sound here and needs no `unsafe`.
+    #[allow(deprecated)]
     AsyncFd::with_interest(dup, Interest::READABLE)
         .map_err(|e| io_error("registering the channel's fd with tokio", &e))
 }
@@ -191,13 +196,14 @@ impl AsyncChan {
     }
 
     fn fd(&self, dir: Dir) -> Result<&AsyncFd<OwnedFd>> {
-        let (cell, chan) = match dir {
-            Dir::Recv => (&self.inner.recv, &self.inner.chan),
-            Dir::Send => (&self.inner.send, &self.inner.chan),
+        let cell = match dir {
+            Dir::Recv => &self.inner.recv,
+            Dir::Send => &self.inner.send,
         };
         if let Some(fd) = cell.get() {
             return Ok(fd);
         }
+        let chan = &self.inner.chan;
         let fd = match dir {
             Dir::Recv => register(chan.recv_fd())?,
             Dir::Send => register(chan.send_fd()?)?,
@@ -284,7 +290,7 @@ impl AsyncChan {
     /// the caller's. Cancel-safe.
     pub async fn send_batch<M: AsRef<[u8]>>(&self, msgs: &[M]) -> Result<usize> {
         self.run(Dir::Send, |c| {
-            c.send_batch(msgs.iter().map(AsRef::as_ref), Wait::Never)
+            c.send_batch(msgs.iter().map(<M as AsRef<[u8]>>::as_ref), Wait::Never)
         })
         .await
     }
@@ -313,7 +319,7 @@ impl AsyncChan {
     pub fn try_send_batch<M: AsRef<[u8]>>(&self, msgs: &[M]) -> Result<usize> {
         self.inner
             .chan
-            .send_batch(msgs.iter().map(AsRef::as_ref), Wait::Never)
+            .send_batch(msgs.iter().map(<M as AsRef<[u8]>>::as_ref), Wait::Never)
     }
 
     /// A [`Stream`] of the messages received through this channel (a clone
@@ -485,7 +491,7 @@ impl<T: AsRef<[u8]> + Send + 'static> Sink<T> for SendSink<T> {
             Err(Error::WouldBlock) => {
                 let chan = this.chan.clone();
                 this.wait = Some(Box::pin(async move {
-                    chan.wait(Dir::Send, |c| c.send(item.as_ref(), Wait::Never))
+                    chan.wait(Dir::Send, move |c| c.send(item.as_ref(), Wait::Never))
                         .await
                 }));
                 Ok(())
@@ -503,7 +509,7 @@ impl<T: AsRef<[u8]> + Send + 'static> Sink<T> for SendSink<T> {
     }
 }
 
-type Ready<'a> = Pin<Box<dyn Future<Output = io::Result<AsyncFdReadyGuard<'a, OwnedFd>>> + Send + 'a>>;
+type Readable<'a> = Pin<Box<dyn Future<Output = io::Result<AsyncFdReadyGuard<'a, OwnedFd>>> + Send + 'a>>;
 
 /// Which channel a [`select`] looks at first: turns, so a busy channel
 /// does not starve the others.
@@ -539,7 +545,10 @@ pub async fn select(chans: &[&AsyncChan]) -> (usize, Result<Vec<u8>>) {
             Err(e) => return (i, Err(e)),
         }
     }
-    let mut waits: Vec<Ready<'_>> = fds.iter().map(|fd| Box::pin(fd.readable()) as Ready<'_>).collect();
+    let mut waits: Vec<Readable<'_>> = fds
+        .iter()
+        .map(|&fd| Box::pin(fd.readable()) as Readable<'_>)
+        .collect();
     poll_fn(|cx| {
         for i in order() {
             // Until this channel's readiness is pending: each try follows a

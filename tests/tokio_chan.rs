@@ -197,18 +197,19 @@ fn a_dropped_receive_took_nothing_at_any_poll() {
             let sync = c.chan().clone();
             let hand = ByHand::new();
             for polls in 1..=6u64 {
-                let mut fut = pin!(c.recv());
-                for k in 0..polls {
-                    if k > 0 {
-                        sync.send(&k.to_le_bytes(), Wait::Never).unwrap();
-                        hand.until_woken().await;
-                        assert_eq!(sync.recv(Wait::Never).unwrap(), k.to_le_bytes());
+                {
+                    let mut fut = pin!(c.recv());
+                    for k in 0..polls {
+                        if k > 0 {
+                            sync.send(&k.to_le_bytes(), Wait::Never).unwrap();
+                            hand.until_woken().await;
+                            assert_eq!(sync.recv(Wait::Never).unwrap(), k.to_le_bytes());
+                        }
+                        assert!(hand.poll(fut.as_mut()).is_pending(), "{name}: nothing to take");
                     }
-                    assert!(hand.poll(fut.as_mut()).is_pending(), "{name}: nothing to take");
-                }
-                sync.send(b"for the next", Wait::Never).unwrap();
-                hand.until_woken().await;
-                drop(fut);
+                    sync.send(b"for the next", Wait::Never).unwrap();
+                    hand.until_woken().await;
+                } // dropped: woken, never polled again
                 assert_eq!(sync.recv(Wait::Never).unwrap(), b"for the next", "{name}: {polls} polls");
                 assert!(matches!(sync.recv(Wait::Never), Err(Error::WouldBlock)));
             }
@@ -216,8 +217,9 @@ fn a_dropped_receive_took_nothing_at_any_poll() {
             // recv_batch.
             let d = chan(8);
             let sync_d = d.chan().clone();
+            let set = [&c, &d];
             {
-                let mut fut = pin!(select(&[&c, &d]));
+                let mut fut = pin!(select(&set));
                 assert!(hand.poll(fut.as_mut()).is_pending());
                 sync_d.send(b"d", Wait::Never).unwrap();
                 hand.until_woken().await;
@@ -278,25 +280,27 @@ fn a_dropped_send_sent_nothing_at_any_poll() {
             };
             fill(4);
             for polls in 1..=6 {
-                let mut fut = pin!(c.send(b"cancelled"));
-                for k in 0..polls {
-                    if k > 0 {
-                        drain_to_low_water();
-                        hand.until_woken().await;
-                        fill(2);
+                {
+                    let mut fut = pin!(c.send(b"cancelled"));
+                    for k in 0..polls {
+                        if k > 0 {
+                            drain_to_low_water();
+                            hand.until_woken().await;
+                            fill(2);
+                        }
+                        assert!(hand.poll(fut.as_mut()).is_pending(), "{name}: full");
                     }
-                    assert!(hand.poll(fut.as_mut()).is_pending(), "{name}: full");
-                }
-                drain_to_low_water();
-                hand.until_woken().await;
-                drop(fut);
+                    drain_to_low_water();
+                    hand.until_woken().await;
+                } // dropped: woken, never polled again
                 let s = sync.stats();
                 assert_eq!(s.pending, 2, "{name}: {polls} polls: the dropped send sent nothing");
                 fill(2);
             }
             // The same for a batch and for the sink's send.
+            let batch = [b"cancelled"];
             {
-                let mut fut = pin!(c.send_batch(&[b"cancelled"]));
+                let mut fut = pin!(c.send_batch(&batch));
                 assert!(hand.poll(fut.as_mut()).is_pending());
                 drain_to_low_water();
                 hand.until_woken().await;
