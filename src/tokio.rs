@@ -509,7 +509,8 @@ impl<T: AsRef<[u8]> + Send + 'static> Sink<T> for SendSink<T> {
     }
 }
 
-type Readable<'a> = Pin<Box<dyn Future<Output = io::Result<AsyncFdReadyGuard<'a, OwnedFd>>> + Send + 'a>>;
+type Readable<'a> =
+    Pin<Box<dyn Future<Output = io::Result<AsyncFdReadyGuard<'a, OwnedFd>>> + Send + 'a>>;
 
 /// Which channel a [`select`] looks at first: turns, so a busy channel
 /// does not starve the others.
@@ -557,7 +558,10 @@ pub async fn select(chans: &[&AsyncChan]) -> (usize, Result<Vec<u8>>) {
                 let mut guard = match ready {
                     Ok(guard) => guard,
                     Err(e) => {
-                        return Poll::Ready((i, Err(io_error("waiting for the channel's fd in tokio", &e))))
+                        return Poll::Ready((
+                            i,
+                            Err(io_error("waiting for the channel's fd in tokio", &e)),
+                        ))
                     }
                 };
                 match chans[i].try_recv() {

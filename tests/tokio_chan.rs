@@ -57,8 +57,11 @@ fn multi() -> Runtime {
         .unwrap()
 }
 
-/// Both kinds of runtime, by name.
-fn runtimes() -> [(&'static str, fn() -> Runtime); 2] {
+/// A kind of runtime: its name and how to make one.
+type Kind = (&'static str, fn() -> Runtime);
+
+/// Both kinds of runtime.
+fn runtimes() -> [Kind; 2] {
     [("current_thread", current), ("multi_thread(8)", multi)]
 }
 
@@ -161,7 +164,10 @@ fn calls_behave_as_the_sync_ones() {
         assert_eq!(c.recv().await.unwrap(), b"", "D2: empty messages count");
         let mut small = [0u8; 0];
         assert!(
-            matches!(c.recv_into(&mut small).await, Err(Error::BufferTooSmall { needed: 1 })),
+            matches!(
+                c.recv_into(&mut small).await,
+                Err(Error::BufferTooSmall { needed: 1 })
+            ),
             "D7"
         );
         let mut buf = [0u8; 8];
@@ -178,8 +184,14 @@ fn calls_behave_as_the_sync_ones() {
         assert!(c.is_closed());
         assert!(matches!(c.send(b"x").await, Err(Error::Closed)), "D6");
         assert_eq!(c.recv().await.unwrap(), b"last", "D6: queued stays");
-        assert!(matches!(c.recv().await, Err(Error::Closed)), "end of stream");
-        assert!(matches!(c.try_recv_batch(&mut buf, &mut lens), Err(Error::Closed)));
+        assert!(
+            matches!(c.recv().await, Err(Error::Closed)),
+            "end of stream"
+        );
+        assert!(matches!(
+            c.try_recv_batch(&mut buf, &mut lens),
+            Err(Error::Closed)
+        ));
         let (i, r) = select(&[]).await;
         assert!(i == 0 && matches!(r, Err(Error::Invalid(_))));
     });
@@ -205,12 +217,19 @@ fn a_dropped_receive_took_nothing_at_any_poll() {
                             hand.until_woken().await;
                             assert_eq!(sync.recv(Wait::Never).unwrap(), k.to_le_bytes());
                         }
-                        assert!(hand.poll(fut.as_mut()).is_pending(), "{name}: nothing to take");
+                        assert!(
+                            hand.poll(fut.as_mut()).is_pending(),
+                            "{name}: nothing to take"
+                        );
                     }
                     sync.send(b"for the next", Wait::Never).unwrap();
                     hand.until_woken().await;
                 } // dropped: woken, never polled again
-                assert_eq!(sync.recv(Wait::Never).unwrap(), b"for the next", "{name}: {polls} polls");
+                assert_eq!(
+                    sync.recv(Wait::Never).unwrap(),
+                    b"for the next",
+                    "{name}: {polls} polls"
+                );
                 assert!(matches!(sync.recv(Wait::Never), Err(Error::WouldBlock)));
             }
             // The same for select, the stream's next, recv_into and
@@ -224,7 +243,11 @@ fn a_dropped_receive_took_nothing_at_any_poll() {
                 sync_d.send(b"d", Wait::Never).unwrap();
                 hand.until_woken().await;
             }
-            assert_eq!(sync_d.recv(Wait::Never).unwrap(), b"d", "{name}: select took nothing");
+            assert_eq!(
+                sync_d.recv(Wait::Never).unwrap(),
+                b"d",
+                "{name}: select took nothing"
+            );
             let mut stream = c.stream();
             {
                 let mut fut = pin!(stream.next());
@@ -232,7 +255,11 @@ fn a_dropped_receive_took_nothing_at_any_poll() {
                 sync.send(b"c", Wait::Never).unwrap();
                 hand.until_woken().await;
             }
-            assert_eq!(sync.recv(Wait::Never).unwrap(), b"c", "{name}: next took nothing");
+            assert_eq!(
+                sync.recv(Wait::Never).unwrap(),
+                b"c",
+                "{name}: next took nothing"
+            );
             let mut buf = [0u8; 8];
             {
                 let mut fut = pin!(c.recv_into(&mut buf));
@@ -240,7 +267,11 @@ fn a_dropped_receive_took_nothing_at_any_poll() {
                 sync.send(b"i", Wait::Never).unwrap();
                 hand.until_woken().await;
             }
-            assert_eq!(sync.recv(Wait::Never).unwrap(), b"i", "{name}: recv_into took nothing");
+            assert_eq!(
+                sync.recv(Wait::Never).unwrap(),
+                b"i",
+                "{name}: recv_into took nothing"
+            );
             let mut lens = [0usize; 2];
             {
                 let mut fut = pin!(c.recv_batch(&mut buf, &mut lens));
@@ -248,7 +279,11 @@ fn a_dropped_receive_took_nothing_at_any_poll() {
                 sync.send(b"b", Wait::Never).unwrap();
                 hand.until_woken().await;
             }
-            assert_eq!(sync.recv(Wait::Never).unwrap(), b"b", "{name}: recv_batch took nothing");
+            assert_eq!(
+                sync.recv(Wait::Never).unwrap(),
+                b"b",
+                "{name}: recv_batch took nothing"
+            );
             // A stream whose wait was dropped picks up again.
             sync.send(b"again", Wait::Never).unwrap();
             assert_eq!(stream.next().await.unwrap().unwrap(), b"again");
@@ -294,7 +329,10 @@ fn a_dropped_send_sent_nothing_at_any_poll() {
                     hand.until_woken().await;
                 } // dropped: woken, never polled again
                 let s = sync.stats();
-                assert_eq!(s.pending, 2, "{name}: {polls} polls: the dropped send sent nothing");
+                assert_eq!(
+                    s.pending, 2,
+                    "{name}: {polls} polls: the dropped send sent nothing"
+                );
                 fill(2);
             }
             // The same for a batch and for the sink's send.
