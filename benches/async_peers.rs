@@ -325,11 +325,11 @@ fn main() {
                 }
             }
             println!("\n== {config} ==");
-            println!("{:<22} {:>10} {:>19}", "", "M msg/s", "min-max");
+            println!("{:<32} {:>10} {:>19}", "", "M msg/s", "min-max");
             for (i, &peer) in peers.iter().enumerate() {
                 let (med, lo, hi) = spread(&rates[i]);
                 println!(
-                    "{:<22} {med:>10.3} {:>19}",
+                    "{:<32} {med:>10.3} {:>19}",
                     peer.name(),
                     format!("{lo:.3}-{hi:.3}")
                 );
@@ -348,7 +348,7 @@ fn main() {
                     .collect();
                 let (med, lo, hi) = spread(&ratios);
                 println!(
-                    "{:<22} {med:>9.2}x {:>19}",
+                    "{:<32} {med:>9.2}x {:>19}",
                     format!("libeventq / {}", peer.name().split(' ').next().unwrap()),
                     format!("{lo:.2}-{hi:.2}")
                 );
