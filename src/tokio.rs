@@ -80,7 +80,9 @@
 //!
 //! The fds are registered with the runtime the first call that waits runs
 //! in, and stay with it: use an `AsyncChan` within one runtime (make
-//! another `AsyncChan` of the same `Chan` for another runtime). Each
+//! another `AsyncChan` of the same `Chan` for another runtime). As with
+//! Tokio's `AsyncFd`, a call that has to wait panics outside a Tokio
+//! runtime whose IO driver is enabled. Each
 //! registers a duplicate of the fd, so any number of them may wait on one
 //! channel, in one runtime or several; clones of one `AsyncChan` share its
 //! registration, and each waiting task is woken by every event.
