@@ -41,7 +41,7 @@ fn watchdog<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'stati
     match rx.recv_timeout(HANG_GUARD) {
         Ok(Ok(v)) => v,
         Ok(Err(panic)) => std::panic::resume_unwind(panic),
-        Err(_) => panic!("{what}: not done after {HANG_GUARD:?}: a lost wake-up"),
+        Err(_) => panic!("{what}: not done after {HANG_GUARD:?}: a lost wake-up or a starved task"),
     }
 }
 
@@ -775,6 +775,40 @@ fn process_shared_channel_ends_wait_in_tokio() {
             }
             producer.await.unwrap();
             check_exactly_once(&[log], 1, PER);
+        })
+    });
+}
+
+/// A receiver whose channel never empties still lets the other tasks of
+/// its thread run: each call spends Tokio's task budget, so the loop
+/// yields now and then. On a current_thread runtime, without that, the
+/// task that ends the loop would never run (the watchdog fails the test).
+#[test]
+fn a_busy_channel_does_not_starve_the_thread() {
+    watchdog("busy channel", || {
+        current().block_on(async {
+            let c = chan(16);
+            for i in 0u8..16 {
+                c.try_send(&[i]).unwrap();
+            }
+            let stop = Arc::new(AtomicBool::new(false));
+            // Spawned first, so it runs first (current_thread is FIFO).
+            let busy = tokio::spawn({
+                let (c, stop) = (c.clone(), stop.clone());
+                async move {
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::SeqCst) {
+                        let m = c.recv().await.unwrap();
+                        c.try_send(&m).unwrap(); // never empty
+                        n += 1;
+                    }
+                    n
+                }
+            });
+            let stopper = tokio::spawn(async move { stop.store(true, Ordering::SeqCst) });
+            stopper.await.unwrap();
+            assert!(busy.await.unwrap() > 0);
+            assert_eq!(c.chan().stats().pending, 16, "nothing lost on the way");
         })
     });
 }
