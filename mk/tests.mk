@@ -35,20 +35,20 @@ stage-fmt: | need-rustfmt
 	$(CARGO) fmt --check
 
 # Stage: Rust lints, warnings are errors, with every feature (the C ABI,
-# tokio) and with none.
+# tokio, async-io) and with none.
 stage-clippy: | need-clippy
-	$(CARGO) clippy --all-targets $(CARGO_FEATURES) --features tokio -- -D warnings
+	$(CARGO) clippy --all-targets $(CARGO_FEATURES) --features tokio,async-io -- -D warnings
 	$(CARGO) clippy --all-targets -- -D warnings
 
 # Stage: Rust unit and integration tests (the unit tests include header
-# drift), with the tokio feature's tests and doctests.
+# drift), with the tokio and async-io features' tests and doctests.
 stage-cargo-test: | need-cargo
-	$(CARGO) test $(CARGO_FEATURES) --features tokio
+	$(CARGO) test $(CARGO_FEATURES) --features tokio,async-io
 
 # Stage: the Rust API's documentation builds without a warning (broken
 # links, bad markup); its examples run in stage cargo-test.
 stage-doc: | need-cargo
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --features tokio
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --features tokio,async-io
 
 # Stage: the crate as a Rust user gets it. What `cargo package` would ship
 # (no fuzz corpus, C tests or build outputs), and a program outside the

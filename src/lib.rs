@@ -15,6 +15,8 @@
 //! - `tokio` (feature `tokio`): `AsyncChan`,
 //!   `recv().await` and `send(..).await` in Tokio's reactor, a `Stream`, a
 //!   `Sink` and a lossless `select`, all cancel-safe.
+//! - `async_io` (feature `async-io`): the same calls on async-io's reactor
+//!   (smol, or any executor).
 //! - `ffi` (feature `capi`, for the C library only): the C ABI
 //!   (`include/eventq.h`).
 
@@ -22,6 +24,8 @@
 // name: the OS layer and the C ABI.
 #![deny(unsafe_code)]
 
+#[cfg(feature = "async-io")]
+pub mod async_io;
 pub mod chan;
 pub mod error;
 #[path = "loop/mod.rs"]
