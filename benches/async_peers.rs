@@ -9,7 +9,9 @@
 //! Each side does what its users write: a libeventq producer sends a
 //! `&[u8]` (copied into the channel) and the consumer receives an owned
 //! `Vec<u8>` (`recv().await`); a peer's producer sends a `Vec<u8>` made for
-//! the message and its consumer receives it. Every message carries its
+//! the message and its consumer receives it. One more libeventq row has
+//! the consumer `recv_into` a buffer of its own (no allocation on either
+//! side); the targets are judged on the `recv()` row. Every message carries its
 //! producer and sequence number in its first 8 bytes, and the consumer
 //! checks both (order per producer, nothing lost or repeated).
 //!
@@ -47,16 +49,18 @@ const SMOKE_MSGS: u64 = 2000;
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Peer {
     Eventq,
+    EventqInto,
     Mpsc,
     Flume,
 }
 
-const PEERS: [Peer; 3] = [Peer::Eventq, Peer::Mpsc, Peer::Flume];
+const PEERS: [Peer; 4] = [Peer::Eventq, Peer::EventqInto, Peer::Mpsc, Peer::Flume];
 
 impl Peer {
     fn name(self) -> &'static str {
         match self {
             Peer::Eventq => "libeventq AsyncChan",
+            Peer::EventqInto => "libeventq recv_into",
             Peer::Mpsc => "tokio::sync::mpsc",
             Peer::Flume => "flume (async)",
         }
@@ -183,7 +187,7 @@ fn run(rt: &Runtime, peer: Peer, producers: usize, size: usize, cfg: &Cfg) -> (u
     let count = rt.block_on(async {
         let mut tally = Tally::new(producers, size);
         match peer {
-            Peer::Eventq => {
+            Peer::Eventq | Peer::EventqInto => {
                 let chan = AsyncChan::new(Chan::new(Options::new(CAPACITY)).unwrap());
                 let left = Arc::new(AtomicUsize::new(producers));
                 for p in 0..producers {
@@ -202,9 +206,17 @@ fn run(rt: &Runtime, peer: Peer, producers: usize, size: usize, cfg: &Cfg) -> (u
                     });
                 }
                 tokio::spawn(async move {
+                    let mut buf = vec![0u8; size];
                     loop {
-                        match chan.recv().await {
-                            Ok(m) => tally.take(&m),
+                        let got = if peer == Peer::EventqInto {
+                            chan.recv_into(&mut buf)
+                                .await
+                                .map(|n| tally.take(&buf[..n]))
+                        } else {
+                            chan.recv().await.map(|m| tally.take(&m))
+                        };
+                        match got {
+                            Ok(()) => {}
                             Err(Error::Closed) => return tally,
                             Err(e) => panic!("receive: {e}"),
                         }
@@ -334,27 +346,30 @@ fn main() {
                     format!("{lo:.3}-{hi:.3}")
                 );
             }
-            let Some(eq) = peers.iter().position(|&p| p == Peer::Eventq) else {
-                continue;
-            };
-            for (i, &peer) in peers.iter().enumerate() {
-                if peer == Peer::Eventq {
+            // libeventq's rows over each peer's; the target on recv() (an
+            // owned Vec, as the peers deliver), recv_into for information.
+            for (e, &ours) in peers.iter().enumerate() {
+                if !matches!(ours, Peer::Eventq | Peer::EventqInto) {
                     continue;
                 }
-                let ratios: Vec<f64> = rates[eq]
-                    .iter()
-                    .zip(&rates[i])
-                    .map(|(a, b)| a / b)
-                    .collect();
-                let (med, lo, hi) = spread(&ratios);
-                println!(
-                    "{:<32} {med:>9.2}x {:>19}",
-                    format!("libeventq / {}", peer.name().split(' ').next().unwrap()),
-                    format!("{lo:.2}-{hi:.2}")
-                );
-                if peer == Peer::Mpsc {
-                    let want = if size >= 1024 { 1.0 } else { 0.7 };
-                    verdicts.push((config.clone(), want, med, lo, hi));
+                for (i, &peer) in peers.iter().enumerate() {
+                    if matches!(peer, Peer::Eventq | Peer::EventqInto) {
+                        continue;
+                    }
+                    let ratios: Vec<f64> =
+                        rates[e].iter().zip(&rates[i]).map(|(a, b)| a / b).collect();
+                    let (med, lo, hi) = spread(&ratios);
+                    let label = |p: Peer| p.name().rsplit(' ').next().unwrap_or("");
+                    let short = |p: Peer| p.name().split(' ').next().unwrap_or("");
+                    println!(
+                        "{:<32} {med:>9.2}x {:>19}",
+                        format!("{} / {}", label(ours), short(peer)),
+                        format!("{lo:.2}-{hi:.2}")
+                    );
+                    if ours == Peer::Eventq && peer == Peer::Mpsc {
+                        let want = if size >= 1024 { 1.0 } else { 0.7 };
+                        verdicts.push((config.clone(), want, med, lo, hi));
+                    }
                 }
             }
         }
