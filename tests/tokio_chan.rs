@@ -812,3 +812,58 @@ fn a_busy_channel_does_not_starve_the_thread() {
         })
     });
 }
+
+/// Many tasks waiting on one wrapper's fd (each event wakes them all; one
+/// takes the message, the others are refused and wait again) and on a
+/// second wrapper of the same channel: every message once, and every
+/// task sees end of stream.
+#[test]
+fn many_waiters_on_one_fd() {
+    for (name, rt) in runtimes() {
+        watchdog(name, move || {
+            rt().block_on(async {
+                const PER: u64 = 500;
+                let c = chan(2);
+                let other = AsyncChan::new(c.chan().clone());
+                let producers: Vec<_> = (0..2u32)
+                    .map(|p| {
+                        let tx = c.chan().clone();
+                        std::thread::spawn(move || {
+                            for seq in 0..PER {
+                                tx.send(&msg(p, seq), Wait::Forever).unwrap();
+                            }
+                        })
+                    })
+                    .collect();
+                let consumers: Vec<_> = (0..32)
+                    .map(|k| {
+                        let c = if k % 4 == 0 { other.clone() } else { c.clone() };
+                        tokio::spawn(async move {
+                            let mut log = Vec::new();
+                            loop {
+                                match c.recv().await {
+                                    Ok(m) => log.push(parse(&m)),
+                                    Err(Error::Closed) => return log,
+                                    Err(e) => panic!("{e}"),
+                                }
+                            }
+                        })
+                    })
+                    .collect();
+                tokio::task::spawn_blocking(move || {
+                    for p in producers {
+                        p.join().unwrap();
+                    }
+                })
+                .await
+                .unwrap();
+                c.close();
+                let mut logs = Vec::new();
+                for h in consumers {
+                    logs.push(h.await.unwrap());
+                }
+                check_exactly_once(&logs, 2, PER);
+            })
+        });
+    }
+}
