@@ -92,7 +92,7 @@ STAGES_packaging := header header-std install installed-lib abi licenses man-pag
 STAGES_c         := c-tests c-static examples examples-run
 STAGES_go        := go
 STAGES_python    := python python-wheel
-STAGES_bench     := bench-smoke blocking-bench-smoke bench-peers-smoke bench-ipc-smoke
+STAGES_bench     := bench-smoke blocking-bench-smoke async-bench-smoke bench-peers-smoke bench-ipc-smoke
 STAGES_proofs    := loom stress-smoke crash-smoke hostile-smoke leaks-smoke fuzz-corpus sanitize-smoke
 GROUPS           := rust c go python packaging bench proofs
 
@@ -105,7 +105,7 @@ TEST_STAGES := fmt clippy cargo-test doc rust-user semver loom header header-std
                c-tests c-static examples examples-run licenses man-pages cmake static-link \
                debuginfo uninstall stress-smoke crash-smoke hostile-smoke leaks-smoke fuzz-corpus \
                sanitize-smoke python python-wheel \
-               go bench-smoke blocking-bench-smoke bench-peers-smoke bench-ipc-smoke
+               go bench-smoke blocking-bench-smoke async-bench-smoke bench-peers-smoke bench-ipc-smoke
 # The quick tier: what a contributor runs before each commit. go-unit is the
 # Go tests without -race (stage go runs them with it).
 CHECK_STAGES := fmt clippy cargo-test c-tests go-unit python
@@ -157,7 +157,7 @@ help:
 	  'make header' 'regenerates include/eventq.h from src/ffi' \
 	  'make man' 'the man pages in build/man' \
 	  'make abi-baseline' 'a new ABI baseline in abi/ (make abi-check: stage abi)' \
-	  'make bench' 'also bench-peers, bench-ipc, bench-blocking, bench-go, bench-python' \
+	  'make bench' 'also bench-peers, bench-ipc, bench-blocking, bench-async, bench-go, bench-python' \
 	  'make loom' 'also loom-mutations, stress, leaks, crash, crash-soak, hostile, sanitize, fuzz, fuzz-merge, fuzz-driver: the proofs in full'
 
 $(patsubst TOOL_%,need-%,$(filter TOOL_%,$(.VARIABLES))): need-%:

@@ -2,7 +2,7 @@
 # The benchmarks and their smoke stages. No timing is ever checked by a
 # stage: the smoke runs use tiny counts and judge delivery only.
 #
-#   make bench           bench-blocking, bench-peers and bench-ipc, then
+#   make bench           bench-blocking, bench-async, bench-peers and bench-ipc, then
 #                        benches/side_by_side.rs in a
 #                        release build: libeventq (epoll, loop and blocking
 #                        paths) against crossbeam-channel, a semaphore-eventfd
@@ -25,6 +25,15 @@
 #                        epoll path (Wait::Never, epoll_wait on the receive
 #                        fd, poll on the send fd), 1P1C, 8 B and 1 KiB, with
 #                        the ratio. BLOCKING_ARGS: --msgs N, --reps N.
+#   make bench-async     benches/async_peers.rs (feature tokio): AsyncChan
+#                        against tokio::sync::mpsc and flume, async tasks on
+#                        a multi-thread Tokio runtime, 1P1C and 4P1C, 8 B
+#                        and 1 KiB, capacity 1024, each row a 0.5 s window,
+#                        repetitions interleaved; median M msg/s with
+#                        min-max and the libeventq/peer ratios, the targets
+#                        against mpsc judged on the spread of per-repetition
+#                        ratios (met, unsettled or MISSED). About 40 s.
+#                        ASYNC_ARGS: --reps N, --seconds S, --filter TEXT.
 #   make bench-peers     benches/peers/*.c, built with $(CC) against the
 #                        distribution's libuv, ZeroMQ, nng and GLib (found by
 #                        benches/peers/configure.sh; Debian's libnng-dev has
@@ -91,7 +100,8 @@
 #
 # Stages: bench-smoke (side_by_side --smoke: every configuration delivered
 # every message intact; footprint --smoke: 100 channels, each works),
-# blocking-bench-smoke (blocking --smoke), bench-peers-smoke (peers --smoke:
+# blocking-bench-smoke (blocking --smoke), async-bench-smoke (async_peers
+# --smoke: every message of every row once, whole, in order), bench-peers-smoke (peers --smoke:
 # every message exactly once, whole and in order; then --selftest: faults
 # injected into the streams, lost, duplicated, swapped, corrupted or short
 # messages, must each be reported), bench-ipc-smoke (ipc --smoke: every
@@ -100,6 +110,7 @@
 
 BENCH_ARGS    ?=
 BLOCKING_ARGS ?=
+ASYNC_ARGS    ?=
 PEERS_ARGS    ?=
 GO_BENCH_ARGS ?= -bench . -count 5
 BENCH_PY_ARGS ?=
@@ -115,16 +126,19 @@ IPC_IOX_DIR := benches/ipc-iceoryx2
 IPC_WAKES_ARGS ?= 1000 8 1000
 IPC_WAKES_BIN  := $(BUILD)/bench-ipc/empty_wakes
 
-.PHONY: bench bench-blocking bench-peers bench-ipc bench-ipc-iceoryx2 bench-ipc-wakes bench-go bench-go-micro \
+.PHONY: bench bench-blocking bench-async bench-peers bench-ipc bench-ipc-iceoryx2 bench-ipc-wakes bench-go bench-go-micro \
         bench-python
 
 # The prerequisites run first, in this order.
-bench: bench-blocking bench-peers bench-ipc | need-cargo
+bench: bench-blocking bench-async bench-peers bench-ipc | need-cargo
 	$(CARGO) bench --bench side_by_side -- $(BENCH_ARGS)
 	$(CARGO) bench --bench footprint
 
 bench-blocking: | need-cargo
 	$(CARGO) bench --bench blocking -- $(BLOCKING_ARGS)
+
+bench-async: | need-cargo
+	$(CARGO) bench --features tokio --bench async_peers -- $(ASYNC_ARGS)
 
 $(PEERS_BUILD)/cflags: FORCE | need-cc need-pkg-config
 	@CC="$(CC)" PKG_CONFIG="$(PKG_CONFIG)" benches/peers/configure.sh $(PEERS_BUILD)
@@ -178,6 +192,10 @@ stage-bench-smoke: | need-cargo
 # Stage: blocking with tiny counts.
 stage-blocking-bench-smoke: | need-cargo
 	$(CARGO) bench --bench blocking -- --smoke
+
+# Stage: async_peers with tiny counts (delivery only).
+stage-async-bench-smoke: | need-cargo
+	$(CARGO) bench --features tokio --bench async_peers -- --smoke
 
 # Stage: the peer benchmark with tiny counts, then its fault self-test.
 stage-bench-peers-smoke: $(PEERS_BIN)

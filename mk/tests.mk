@@ -34,21 +34,22 @@ need-clippy: | need-cargo
 stage-fmt: | need-rustfmt
 	$(CARGO) fmt --check
 
-# Stage: Rust lints, warnings are errors, with and without the C ABI, and
-# the C library's crate (capi/; the commands above check eventq alone).
+# Stage: Rust lints, warnings are errors, with every feature (the C ABI,
+# tokio, async-io), with none, and the C library's crate (capi/).
 stage-clippy: | need-clippy
-	$(CARGO) clippy --all-targets $(CARGO_FEATURES) -- -D warnings
+	$(CARGO) clippy --all-targets $(CARGO_FEATURES) --features tokio,async-io -- -D warnings
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) clippy -p eventq-capi --all-targets -- -D warnings
 
-# Stage: Rust unit and integration tests (the unit tests include header drift).
+# Stage: Rust unit and integration tests (the unit tests include header
+# drift), with the tokio and async-io features' tests and doctests.
 stage-cargo-test: | need-cargo
-	$(CARGO) test $(CARGO_FEATURES)
+	$(CARGO) test $(CARGO_FEATURES) --features tokio,async-io
 
 # Stage: the Rust API's documentation builds without a warning (broken
 # links, bad markup); its examples run in stage cargo-test.
 stage-doc: | need-cargo
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --features tokio,async-io
 
 # Stage: the crate as a Rust user gets it. What `cargo package` would ship
 # (the Rust sources, examples, tests and benches; no fuzz corpus, C tests,

@@ -12,6 +12,11 @@
 //! - [`chan`]: the channel ([`Chan`]).
 //! - [`event_loop`] (`src/loop/`): the epoll loop ([`Loop`]).
 //! - [`memcg`]: memory-pressure watches, a source kind of the loop.
+//! - `tokio` (feature `tokio`): `AsyncChan`,
+//!   `recv().await` and `send(..).await` in Tokio's reactor, a `Stream`, a
+//!   `Sink` and a lossless `select`, all cancel-safe.
+//! - `async_io` (feature `async-io`): the same calls on async-io's reactor
+//!   (smol, or any executor).
 //! - `ffi` (feature `capi`, for the C library only): the C ABI
 //!   (`include/eventq.h`).
 //!
@@ -79,6 +84,8 @@
 // name: the OS layer and the C ABI.
 #![deny(unsafe_code)]
 
+#[cfg(feature = "async-io")]
+pub mod async_io;
 pub mod chan;
 pub mod error;
 #[path = "loop/mod.rs"]
@@ -91,6 +98,8 @@ mod ffi;
 pub mod memcg;
 #[allow(unsafe_code)]
 mod sys;
+#[cfg(feature = "tokio")]
+pub mod tokio;
 
 #[cfg(not(loom))]
 pub use chan::SharedFds;
@@ -98,7 +107,8 @@ pub use chan::{Chan, Consumer, Options, Side, Stats, Wait};
 pub use error::{Error, Result};
 pub use event_loop::{Event, Loop, LoopHandle, SourceId};
 
-/// The README's Rust example, compiled and run as a doctest.
-#[cfg(doctest)]
+/// The README's Rust examples, compiled and run as doctests. One uses the
+/// `tokio` feature, so they run with it (as stage cargo-test does).
+#[cfg(all(doctest, feature = "tokio"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeExample;
