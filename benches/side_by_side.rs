@@ -2134,7 +2134,7 @@ fn main() {
         let gi = groups.iter().position(|&g| g == (topo, size));
         let pi = peers.iter().position(|&p| p == peer);
         match (gi, pi) {
-            (Some(gi), Some(pi)) => &results[gi][pi],
+            (Some(gi), Some(pi)) => results[gi][pi].as_slice(),
             _ => &[],
         }
     };

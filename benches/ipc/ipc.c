@@ -495,7 +495,7 @@ static struct spread rate_ratio(int gi, int a, int b)
     double v[MAX_REPS];
     int n = 0;
     if (a < 0 || b < 0)
-        return spread_of(v, 0);
+        return spread_of(NULL, 0);
     for (int i = 0; i < counts[gi][a] && i < counts[gi][b]; i++) {
         const struct result *x = &results[gi][a][i], *y = &results[gi][b][i];
         if (!x->error[0] && !y->error[0] && y->rate > 0)

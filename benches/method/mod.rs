@@ -76,7 +76,7 @@ impl MethodArgs {
             5
         });
         let row_time = self.row_time.unwrap_or(if self.quick { 0.2 } else { 0.5 });
-        if reps == 0 || reps > MAX_REPS || !(row_time > 0.0 && row_time <= 60.0) {
+        if reps == 0 || reps > MAX_REPS || row_time.is_nan() || row_time <= 0.0 || row_time > 60.0 {
             eprintln!("--reps 1..{MAX_REPS}, --row-time in seconds (0 < S <= 60)");
             std::process::exit(2);
         }

@@ -449,7 +449,7 @@ static struct spread rate_ratio(int gi, int a, int b)
     double v[MAX_REPS];
     int n = 0;
     if (a < 0 || b < 0)
-        return spread_of(v, 0);
+        return spread_of(NULL, 0);
     for (int i = 0; i < counts[gi][a] && i < counts[gi][b]; i++) {
         const struct result *x = res_at(gi, a, i), *y = res_at(gi, b, i);
         if (!x->error[0] && !y->error[0] && y->rate > 0)
