@@ -247,7 +247,11 @@ fn main() {
         t.push(by_path);
     }
     let watched = watch.stop();
-    println!("blocking vs epoll path, 1P1C, capacity {CAPACITY}; {}; {:.0} s", m.describe(), watched.elapsed);
+    println!(
+        "blocking vs epoll path, 1P1C, capacity {CAPACITY}; {}; {:.0} s",
+        m.describe(),
+        watched.elapsed
+    );
     println!("machine: {}", method::machine());
     print!("{}", watched.report());
     if m.smoke {
@@ -262,7 +266,12 @@ fn main() {
     );
     println!(
         "{:<6} {:<26} {:>8} {:>15} {:>18} {:>9}",
-        "size", "path", "ns/msg", if m.reps >= 5 { "IQR" } else { "min-max" }, "ratio", "rings/msg"
+        "size",
+        "path",
+        "ns/msg",
+        if m.reps >= 5 { "IQR" } else { "min-max" },
+        "ratio",
+        "rings/msg"
     );
     let mut o = String::new();
     for (&size, by_path) in sizes.iter().zip(&t) {
@@ -270,7 +279,9 @@ fn main() {
         let ratio = method::spread(&method::ratios(&ns(1), &ns(0)));
         for (i, path) in paths.iter().enumerate() {
             let v: Vec<f64> = ns(i).into_iter().flatten().collect();
-            let Some(s) = method::spread(&v) else { continue };
+            let Some(s) = method::spread(&v) else {
+                continue;
+            };
             let rings: Vec<f64> = by_path[i].iter().map(|r| r.1).collect();
             println!(
                 "{:<6} {:<26} {:>8.1} {:>15} {:>18} {:>9.4}",
@@ -278,7 +289,11 @@ fn main() {
                 path.name(),
                 s.med,
                 format!("{:.1}-{:.1}", s.lo, s.hi),
-                if i == 0 { "-".into() } else { method::fmt_spread(ratio, 2) },
+                if i == 0 {
+                    "-".into()
+                } else {
+                    method::fmt_spread(ratio, 2)
+                },
                 method::quantile(&rings, 0.5)
             );
         }
@@ -287,7 +302,11 @@ fn main() {
             &m,
             &format!(
                 "(5) 1P1C {}: blocking / epoll (Wait::Never, poll on the send fd), ns per msg",
-                if size == 8 { "8 B".to_string() } else { format!("{size} B") }
+                if size == 8 {
+                    "8 B".to_string()
+                } else {
+                    format!("{size} B")
+                }
             ),
             ratio,
             method::Goal::AtMost(1.2, "x"),

@@ -1187,7 +1187,11 @@ fn run_throughput<T: Transport>(t: T, topo: Topo, size: usize, cfg: &Cfg) -> Run
 
     // The window: what the producers sent between two readings of their
     // counts, a warm-up after the start and row_time apart; then stop.
-    let sum = || sent.iter().map(|s| s.0.load(Ordering::Relaxed)).sum::<u64>();
+    let sum = || {
+        sent.iter()
+            .map(|s| s.0.load(Ordering::Relaxed))
+            .sum::<u64>()
+    };
     start.wait();
     let mut t0 = Instant::now();
     let (mut a0, mut c0, mut s0) = (allocations(), context_switches(), 0);
@@ -1787,6 +1791,9 @@ fn start_hang_guard() {
     });
 }
 
+/// One latency row's repetition: (p50, p99) in ns; None where it failed.
+type Percentiles = Option<(f64, f64)>;
+
 /// Per repetition, a figure of one row (None where the row failed).
 fn per_rep(runs: &[RunOut], f: impl Fn(&RunOut) -> Option<f64>) -> Vec<Option<f64>> {
     runs.iter()
@@ -1858,9 +1865,9 @@ fn main() {
     // results[group][peer] = one RunOut per repetition
     let mut results: Vec<Vec<Vec<RunOut>>> = vec![vec![Vec::new(); peers.len()]; groups.len()];
     // idle_res[pacing][path] = (p50, p99) per repetition (None: failed)
-    let mut idle_res: Vec<Vec<Vec<Option<(f64, f64)>>>> =
+    let mut idle_res: Vec<Vec<Vec<Percentiles>>> =
         vec![vec![Vec::new(); idles.len()]; pacings.len()];
-    let mut pp_res: Vec<Vec<Option<(f64, f64)>>> = vec![Vec::new(); pps.len()];
+    let mut pp_res: Vec<Vec<Percentiles>> = vec![Vec::new(); pps.len()];
     let mut errors: Vec<String> = Vec::new();
 
     // One configuration at a time: rep 1 of each of its rows, then rep 2,
@@ -2070,39 +2077,38 @@ fn main() {
         }
     }
 
-    let lat_table =
-        |o: &mut String, title: &str, labels: Vec<&str>, res: &[Vec<Option<(f64, f64)>>]| {
-            if res.iter().all(Vec::is_empty) {
-                return;
+    let lat_table = |o: &mut String, title: &str, labels: Vec<&str>, res: &[Vec<Percentiles>]| {
+        if res.iter().all(Vec::is_empty) {
+            return;
+        }
+        let _ = writeln!(o);
+        let _ = writeln!(o, "{title}");
+        let _ = writeln!(
+            o,
+            "{:<52} {:>9} {:>9} {:>18}",
+            "path", "p50 us", "p99 us", "p50/ref"
+        );
+        let ref50: Vec<Option<f64>> = res[0].iter().map(|r| r.map(|r| r.0)).collect();
+        for (i, (label, r)) in labels.iter().zip(res).enumerate() {
+            let p50: Vec<Option<f64>> = r.iter().map(|r| r.map(|r| r.0)).collect();
+            let p99: Vec<f64> = r.iter().flatten().map(|r| r.1).collect();
+            if p99.is_empty() {
+                continue;
             }
-            let _ = writeln!(o);
-            let _ = writeln!(o, "{title}");
             let _ = writeln!(
                 o,
-                "{:<52} {:>9} {:>9} {:>18}",
-                "path", "p50 us", "p99 us", "p50/ref"
-            );
-            let ref50: Vec<Option<f64>> = res[0].iter().map(|r| r.map(|r| r.0)).collect();
-            for (i, (label, r)) in labels.iter().zip(res).enumerate() {
-                let p50: Vec<Option<f64>> = r.iter().map(|r| r.map(|r| r.0)).collect();
-                let p99: Vec<f64> = r.iter().flatten().map(|r| r.1).collect();
-                if p99.is_empty() {
-                    continue;
+                "{:<52} {:>9.2} {:>9.2} {:>18}",
+                label,
+                median(p50.iter().flatten().copied().collect()) / 1e3,
+                median(p99) / 1e3,
+                if i == 0 {
+                    "-".into()
+                } else {
+                    method::fmt_spread(method::spread(&method::ratios(&p50, &ref50)), 2)
                 }
-                let _ = writeln!(
-                    o,
-                    "{:<52} {:>9.2} {:>9.2} {:>18}",
-                    label,
-                    median(p50.iter().flatten().copied().collect()) / 1e3,
-                    median(p99) / 1e3,
-                    if i == 0 {
-                        "-".into()
-                    } else {
-                        method::fmt_spread(method::spread(&method::ratios(&p50, &ref50)), 2)
-                    }
-                );
-            }
-        };
+            );
+        }
+    };
     for (j, &pacing) in pacings.iter().enumerate() {
         lat_table(
             &mut o,

@@ -66,8 +66,7 @@ impl MethodArgs {
     /// The defaults filled in; `EVENTQ_BENCH_SMOKE` set (not "0") means
     /// `--smoke`. Exits 2 on a value out of range.
     pub fn finish(self) -> Method {
-        let smoke =
-            self.smoke || std::env::var_os("EVENTQ_BENCH_SMOKE").is_some_and(|v| v != "0");
+        let smoke = self.smoke || std::env::var_os("EVENTQ_BENCH_SMOKE").is_some_and(|v| v != "0");
         let reps = self.reps.unwrap_or(if smoke {
             1
         } else if self.quick {
@@ -392,10 +391,7 @@ impl Watch {
                 );
             }
         }
-        Watched {
-            elapsed,
-            report: o,
-        }
+        Watched { elapsed, report: o }
     }
 }
 
