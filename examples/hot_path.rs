@@ -7,7 +7,12 @@
 //!
 //! ```text
 //! cargo run --release --example hot_path -- MODE LIB N
-//!   MODE  single: one thread, push then pop, N times
+//!   MODE  steady: one thread, the channel kept half full (512 queued
+//!         first), then push one and pop one, N times: the path of a busy
+//!         channel, whose doorbell stays up
+//!         single: one thread, push then pop, N times: every push finds the
+//!         channel empty and every pop empties it (for libeventq, a doorbell
+//!         raise and lowering per message)
 //!         1p1c | 4p1c: producer threads and one consumer, N messages in all;
 //!         a full or empty channel yields the thread and tries again
 //!   LIB   eventq | crossbeam
@@ -87,9 +92,12 @@ impl Lib for Cb {
     }
 }
 
-fn single(lib: impl Lib, n: u64) -> u64 {
+fn single(lib: impl Lib, prefill: u64, n: u64) -> u64 {
     let mut buf = [0u8; 8];
     let mut sum = 0u64;
+    for i in 0..prefill {
+        assert!(lib.send(&i.to_le_bytes()), "full");
+    }
     for i in 0..n {
         assert!(lib.send(&i.to_le_bytes()), "full");
         assert!(lib.recv(&mut buf), "empty");
@@ -139,7 +147,8 @@ fn threads(lib: impl Lib, producers: u64, n: u64) -> (u64, u64) {
 
 fn run(lib: impl Lib, mode: &str, n: u64) {
     match mode {
-        "single" => println!("single: checksum {}", single(lib, n)),
+        "single" => println!("single: checksum {}", single(lib, 0, n)),
+        "steady" => println!("steady: checksum {}", single(lib, CAPACITY as u64 / 2, n)),
         "1p1c" | "4p1c" => {
             let p = if mode == "1p1c" { 1 } else { 4 };
             let (full, empty) = threads(lib, p, n);
@@ -154,7 +163,7 @@ fn run(lib: impl Lib, mode: &str, n: u64) {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: hot_path single|1p1c|4p1c eventq|crossbeam N");
+    eprintln!("usage: hot_path steady|single|1p1c|4p1c eventq|crossbeam N");
     std::process::exit(2);
 }
 
