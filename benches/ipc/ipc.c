@@ -615,7 +615,7 @@ static void judge_rate(const char *what, int gi, const struct row *vs, double wa
 {
     char et[200];
     judge(what, rate_ratio(gi, row_index(&eq_shared_batch), row_index(vs)), want, 0);
-    snprintf(et, sizeof et, "      the same, EPOLLET");
+    snprintf(et, sizeof et, "%s, EPOLLET row", what);
     judge(et, rate_ratio(gi, row_index(&eq_shared_et), row_index(vs)), want, 0);
 }
 
