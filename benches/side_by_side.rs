@@ -1846,7 +1846,8 @@ fn main() {
     };
 
     // The plan: timed rows, and the latency rows' samples (a handshake
-    // sample about 60 us, a gap sample about 1.1 ms, a round trip 30 us).
+    // sample about 60 us, a gap sample (a 1 ms sleep) about 1.5 ms, a round
+    // trip 30 us).
     let timed_rows = groups
         .iter()
         .map(|&(t, s)| peers.iter().filter(|&&p| runs_row(t, s, p)).count())
@@ -1854,7 +1855,7 @@ fn main() {
     let latency_s = if cfg.latency {
         idles.len() as f64
             * ((cfg.lat_iters + cfg.lat_warm) as f64 * 60e-6
-                + (cfg.gap_iters + cfg.lat_warm.min(cfg.gap_iters / 10)) as f64 * 1.1e-3)
+                + (cfg.gap_iters + cfg.lat_warm.min(cfg.gap_iters / 10)) as f64 * 1.5e-3)
             + pps.len() as f64 * (cfg.lat_iters + cfg.lat_warm) as f64 * 30e-6
     } else {
         0.0

@@ -680,10 +680,10 @@ int main(int argc, char **argv)
         snprintf(name, sizeof name, "ping %s", PING_ROWS[i]->label);
         planned_pings += filtered_in(name);
     }
-    /* A run's processes cost about 0.1 s beyond its window; a ping about
-     * 1.1 ms. */
-    method_plan(&cfg.m, bench_prog, planned, 0.1,
-                planned_pings * (0.1 + (cfg.ping + PING_WARM) * 0.0011));
+    /* A run's processes cost about 0.15 s beyond its window; a ping (a
+     * 1 ms sleep) about 1.5 ms. */
+    method_plan(&cfg.m, bench_prog, planned, 0.15,
+                planned_pings * (0.1 + (cfg.ping + PING_WARM) * 0.0015));
     struct watch w;
     watch_start(&w);
     int failures = 0;
