@@ -10,22 +10,31 @@
 //!   `Wait::Never` and, when the channel is full, waits in `poll` on the
 //!   send fd.
 //!
-//! The cases alternate, each repeated; the table gives the median and the
-//! best of the reps in ns per message, the ratio blocking / epoll of each
-//! (a ratio within one run is the only figure that means anything on a
-//! loaded machine; the best of many short reps is the least disturbed by
-//! other load), and receive doorbell writes per message. Every message is
-//! checked (its sequence number in the first 8 bytes, its length).
+//! The method is the one every rate bench shares (benches/method/mod.rs):
+//! each run lasts a time, not a count (a warm-up of a fifth of `--row-time`,
+//! then a window of `--row-time` seconds, default 0.5, the producer looking
+//! at the clock once per 1024 messages); the two paths alternate,
+//! repetition by repetition (`--reps`, default 5), the first rotating. The
+//! table gives the median ns per message with its inter-quartile range
+//! (min-max below 5 repetitions), the ratio blocking / epoll taken within
+//! each repetition (median and spread; a ratio within one repetition is
+//! the only figure that means anything on a loaded machine), and receive
+//! doorbell writes per message; the end judges the ratio against target
+//! (5), at most 1.2. Every message is checked (its sequence number in the
+//! first 8 bytes, its length).
 //!
-//! `--smoke` (or `EVENTQ_BENCH_SMOKE=1`): tiny counts, one repetition; it
-//! checks delivery, never speed. `--msgs N`, `--reps N` set the counts;
-//! `--size BYTES` runs one size, `--only blocking|epoll` one path (for a
-//! profiler).
+//! `--smoke` (or `EVENTQ_BENCH_SMOKE=1`): a fixed count (`--msgs`, default
+//! 20,000), one repetition; it checks delivery, never speed. `--quick`: 3
+//! repetitions of 0.2 s. `--size BYTES` runs one size, `--only
+//! blocking|epoll` one path (for a profiler).
 //! Nothing here asserts a timing.
+
+#[path = "method/mod.rs"]
+mod method;
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::thread;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use eventq::{Chan, Error, Options, Wait};
 
@@ -100,12 +109,23 @@ fn poll_readable(fd: RawFd) {
     unsafe { libc::poll(&mut p, 1, -1) };
 }
 
-/// Moves `n` messages of `size` bytes from one thread to another; returns
-/// ns per message and receive doorbell rings (writes) per message.
-fn run(path: Path, size: usize, n: u64) -> (f64, f64) {
+/// How long a run lasts: a fixed count (smoke), or a warm-up and a window.
+#[derive(Clone, Copy)]
+enum Length {
+    Count(u64),
+    Timed(Duration, Duration),
+}
+
+/// The producer looks at the clock once per this many messages.
+const CLOCK_EVERY: u64 = 1024;
+
+/// Moves messages of `size` bytes from one thread to another for the
+/// length given; returns ns per message (in the window: from its start
+/// until the consumer had the last message) and receive doorbell rings
+/// (writes) per message.
+fn run(path: Path, size: usize, len: Length) -> (f64, f64) {
     let chan = Chan::new(Options::new(CAPACITY)).expect("Chan::new");
     let rx = chan.clone();
-    let t0 = Instant::now();
     let consumer = thread::spawn(move || {
         let mut buf = vec![0u8; size];
         let poller = (path == Path::Epoll).then(|| Poller::new(rx.recv_fd().as_raw_fd()));
@@ -127,11 +147,27 @@ fn run(path: Path, size: usize, n: u64) -> (f64, f64) {
                 Err(e) => panic!("recv_into: {e}"),
             }
         }
-        next
+        (next, Instant::now())
     });
     let mut msg = vec![0xa5u8; size];
     let send_fd = chan.send_fd().expect("libeventq send fd").as_raw_fd();
-    for seq in 0..n {
+    let start = Instant::now();
+    // (sequence, time) at the window's start.
+    let mut window: Option<(u64, Instant)> = None;
+    let mut seq = 0u64;
+    loop {
+        match len {
+            Length::Count(n) if seq == n => break,
+            Length::Timed(warm, time) if seq % CLOCK_EVERY == 0 => {
+                let now = Instant::now();
+                match window {
+                    None if now - start >= warm => window = Some((seq, now)),
+                    Some((_, t0)) if now - t0 >= time => break,
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
         msg[..8].copy_from_slice(&seq.to_le_bytes());
         match path {
             Path::Blocking => chan.send(&msg, Wait::Forever).expect("send"),
@@ -143,33 +179,29 @@ fn run(path: Path, size: usize, n: u64) -> (f64, f64) {
                 }
             },
         }
+        seq += 1;
     }
     chan.close();
-    let got = consumer.join().expect("consumer");
-    let ns = t0.elapsed().as_nanos() as f64 / n as f64;
-    assert_eq!(got, n, "delivered");
-    let rings = chan.stats().recv_doorbell_rings as f64 / n as f64;
+    let (got, done) = consumer.join().expect("consumer");
+    assert_eq!(got, seq, "delivered");
+    let (s0, t0) = window.unwrap_or((0, start));
+    let ns = (done - t0).as_nanos() as f64 / (seq - s0).max(1) as f64;
+    let rings = chan.stats().recv_doorbell_rings as f64 / seq.max(1) as f64;
     (ns, rings)
 }
 
-/// The median; NaN for none.
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
 fn main() {
-    let mut smoke = std::env::var_os("EVENTQ_BENCH_SMOKE").is_some_and(|v| v != "0");
+    let mut margs = method::MethodArgs::default();
     let mut msgs: Option<u64> = None;
-    let mut reps: Option<usize> = None;
     let mut only: Option<String> = None;
     let mut sizes = vec![8usize, 1024];
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
+        if margs.arg(&a, &mut args) {
+            continue;
+        }
         match a.as_str() {
-            "--smoke" => smoke = true,
             "--msgs" => msgs = args.next().and_then(|v| v.parse().ok()),
-            "--reps" => reps = args.next().and_then(|v| v.parse().ok()),
             "--only" => only = args.next(),
             "--size" => {
                 sizes = args
@@ -182,64 +214,105 @@ fn main() {
             "--bench" => {}
             _ => {
                 eprintln!(
-                    "usage: blocking [--smoke] [--msgs N] [--reps N] [--size BYTES] [--only blocking|epoll]"
+                    "usage: blocking [--smoke] [--quick] [--reps N] [--row-time S] [--msgs N] [--size BYTES] [--only blocking|epoll]"
                 );
                 std::process::exit(2);
             }
         }
     }
-    let (n, reps) = if smoke {
-        (msgs.unwrap_or(20_000), 1)
+    let m = margs.finish();
+    let len = if m.smoke {
+        Length::Count(msgs.unwrap_or(20_000))
     } else {
-        (msgs.unwrap_or(2_000_000), reps.unwrap_or(5).max(1))
+        Length::Timed(m.warm, m.row_time)
     };
-    println!("blocking vs epoll path, 1P1C, capacity {CAPACITY}, {n} messages x {reps} reps");
-    println!("(ns per message: median and best of the reps; ratio = blocking / epoll)");
-    println!(
-        "{:<6} {:<26} {:>8} {:>8} {:>9} {:>9} {:>9}",
-        "size", "path", "median", "best", "ratio", "ratio", "rings"
-    );
-    println!(
-        "{:<6} {:<26} {:>8} {:>8} {:>9} {:>9} {:>9}",
-        "", "", "", "", "(median)", "(best)", "/msg"
-    );
-    for size in sizes {
-        // [path][rep]: (ns/msg, rings/msg); the paths alternate.
-        let mut t = [Vec::new(), Vec::new()];
-        for _ in 0..reps {
-            for (i, path) in [Path::Epoll, Path::Blocking].into_iter().enumerate() {
+    let paths = [Path::Epoll, Path::Blocking];
+    let runs = |path: Path| only.as_deref().is_none_or(|o| path.name().starts_with(o));
+    let rows = sizes.len() * paths.iter().filter(|&&p| runs(p)).count();
+    m.plan("blocking", rows, 0.01, 0.0);
+    let watch = method::Watch::start();
+    // [size][path][rep]: (ns/msg, rings/msg)
+    let mut t: Vec<[Vec<(f64, f64)>; 2]> = Vec::new();
+    for &size in &sizes {
+        let mut by_path = [Vec::new(), Vec::new()];
+        for rep in 0..m.reps {
+            for i in 0..paths.len() {
+                let i = method::order(i, rep, paths.len());
                 // --only (for a profiler): the other path is not run.
-                if only.as_deref().is_none_or(|o| path.name().starts_with(o)) {
-                    t[i].push(run(path, size, n));
+                if runs(paths[i]) {
+                    by_path[i].push(run(paths[i], size, len));
                 }
             }
         }
-        if smoke {
+        t.push(by_path);
+    }
+    let watched = watch.stop();
+    println!(
+        "blocking vs epoll path, 1P1C, capacity {CAPACITY}; {}; {:.0} s",
+        m.describe(),
+        watched.elapsed
+    );
+    println!("machine: {}", method::machine());
+    print!("{}", watched.report());
+    if m.smoke {
+        for &size in &sizes {
             println!("{size:<6} delivered (smoke: no timing)");
-            continue;
         }
-        let stat = |v: &[(f64, f64)]| {
-            let mut ns: Vec<f64> = v.iter().map(|r| r.0).collect();
-            let mut rings: Vec<f64> = v.iter().map(|r| r.1).collect();
-            let best = ns.iter().copied().fold(f64::NAN, f64::min);
-            (median(&mut ns), best, median(&mut rings))
-        };
-        let (em, eb, er) = stat(&t[0]);
-        let (bm, bb, br) = stat(&t[1]);
-        for (path, m, b, r, rm, rb) in [
-            (Path::Epoll, em, eb, er, 1.0, 1.0),
-            (Path::Blocking, bm, bb, br, bm / em, bb / eb),
-        ] {
+        return;
+    }
+    println!(
+        "(ns per message: median and {} of the repetitions; ratio = blocking / epoll per repetition: median and spread)",
+        if m.reps >= 5 { "inter-quartile range" } else { "min-max" }
+    );
+    println!(
+        "{:<6} {:<26} {:>8} {:>15} {:>18} {:>9}",
+        "size",
+        "path",
+        "ns/msg",
+        if m.reps >= 5 { "IQR" } else { "min-max" },
+        "ratio",
+        "rings/msg"
+    );
+    let mut o = String::new();
+    for (&size, by_path) in sizes.iter().zip(&t) {
+        let ns = |i: usize| -> Vec<Option<f64>> { by_path[i].iter().map(|r| Some(r.0)).collect() };
+        let ratio = method::spread(&method::ratios(&ns(1), &ns(0)));
+        for (i, path) in paths.iter().enumerate() {
+            let v: Vec<f64> = ns(i).into_iter().flatten().collect();
+            let Some(s) = method::spread(&v) else {
+                continue;
+            };
+            let rings: Vec<f64> = by_path[i].iter().map(|r| r.1).collect();
             println!(
-                "{:<6} {:<26} {:>8.1} {:>8.1} {:>9.2} {:>9.2} {:>9.4}",
+                "{:<6} {:<26} {:>8.1} {:>15} {:>18} {:>9.4}",
                 size,
                 path.name(),
-                m,
-                b,
-                rm,
-                rb,
-                r
+                s.med,
+                format!("{:.1}-{:.1}", s.lo, s.hi),
+                if i == 0 {
+                    "-".into()
+                } else {
+                    method::fmt_spread(ratio, 2)
+                },
+                method::quantile(&rings, 0.5)
             );
         }
+        method::verdict(
+            &mut o,
+            &m,
+            &format!(
+                "(5) 1P1C {}: blocking / epoll (Wait::Never, poll on the send fd), ns per msg",
+                if size == 8 {
+                    "8 B".to_string()
+                } else {
+                    format!("{size} B")
+                }
+            ),
+            ratio,
+            method::Goal::AtMost(1.2, "x"),
+        );
     }
+    println!();
+    println!("{}", m.targets_heading());
+    print!("{o}");
 }

@@ -42,15 +42,27 @@
 //! sleep, so the consumer's vCPU goes idle too); and a ping-pong round trip
 //! over two channels against two eventfds.
 //!
-//! The summary at the end judges every performance target from the medians
-//! of the same run (met or MISSED, with the figure); the loop against libuv
-//! is judged by the peers bench (`make bench-peers`).
+//! The method (benches/method/mod.rs, shared with the other rate benches):
+//! every throughput row runs for a time, not a count (the producers send
+//! until told to stop; the rate is what they sent in a window of
+//! `--row-time` seconds, default 0.5, after a warm-up of a fifth of that);
+//! the rows of one configuration run repetition by repetition (`--reps`,
+//! default 5), in an order rotated per repetition; every ratio is taken
+//! within a repetition. The summary at the end judges every performance
+//! target on the spread of its per-repetition figures (median and
+//! inter-quartile range: met, MISSED or unsettled); the loop against libuv
+//! is judged by the peers bench (`make bench-peers`). `--quick`: 3
+//! repetitions of 0.2 s rows, fewer latency samples.
 //!
 //! Allocations: a counting global allocator; allocations per message in the
 //! timed window (after warm-up) are printed for every row.
 //!
-//! `--smoke` (or `EVENTQ_BENCH_SMOKE=1`): tiny counts, one repetition; it
-//! checks delivery, never speed. Nothing here asserts a timing.
+//! `--smoke` (or `EVENTQ_BENCH_SMOKE=1`): tiny counts (`--msgs`, default
+//! 4000), one repetition; it checks delivery, never speed. Nothing here
+//! asserts a timing.
+
+#[path = "method/mod.rs"]
+mod method;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -63,6 +75,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use eventq::{Chan, Error, Event, Loop, Options, Wait};
+use method::{Goal, Method, MethodArgs, Spread};
 
 // ---------------------------------------------------------------------------
 // Counting allocator: one padded counter per thread slot, so counting does
@@ -146,8 +159,9 @@ static LOOP_BUDGET: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
 static SEND_FD: AtomicBool = AtomicBool::new(false);
 
 struct Cfg {
+    m: Method,
     smoke: bool,
-    /// Messages per throughput configuration (split among producers).
+    /// Smoke: messages per throughput configuration (split among producers).
     msgs: usize,
     reps: usize,
     /// Samples per latency test per repetition.
@@ -166,19 +180,19 @@ struct Cfg {
 
 impl Cfg {
     fn from_env() -> Cfg {
-        let mut smoke = std::env::var_os("EVENTQ_BENCH_SMOKE").is_some_and(|v| v != "0");
-        let mut reps = None;
+        let mut margs = MethodArgs::default();
         let mut msgs = None;
         let mut filter = None;
         let mut latency = true;
         let mut low_water = Vec::new();
         let mut args = std::env::args().skip(1);
         while let Some(a) = args.next() {
+            if margs.arg(&a, &mut args) {
+                continue;
+            }
             match a.as_str() {
-                "--smoke" => smoke = true,
                 // cargo bench passes --bench to harness = false targets.
                 "--bench" => {}
-                "--reps" => reps = args.next().and_then(|v| v.parse().ok()),
                 "--msgs" => msgs = args.next().and_then(|v| v.parse().ok()),
                 "--filter" => filter = args.next(),
                 "--no-latency" => latency = false,
@@ -198,17 +212,20 @@ impl Cfg {
                 }
                 _ => {
                     eprintln!(
-                        "usage: side_by_side [--smoke] [--reps N] [--msgs N] [--filter TEXT] [--no-latency] [--budget N] [--low-water N[,N..]] [--send-fd]"
+                        "usage: side_by_side [--smoke] [--quick] [--reps N] [--row-time S] [--msgs N] [--filter TEXT] [--no-latency] [--budget N] [--low-water N[,N..]] [--send-fd]"
                     );
                     std::process::exit(2);
                 }
             }
         }
+        let m = margs.finish();
+        let (smoke, reps) = (m.smoke, m.reps);
         if smoke {
             Cfg {
+                m,
                 smoke,
                 msgs: msgs.unwrap_or(4000),
-                reps: reps.unwrap_or(1),
+                reps,
                 lat_iters: 100,
                 lat_warm: 10,
                 gap_iters: 20,
@@ -218,12 +235,13 @@ impl Cfg {
             }
         } else {
             Cfg {
+                m,
                 smoke,
-                msgs: msgs.unwrap_or(600_000),
-                reps: reps.unwrap_or(5),
-                lat_iters: 10_000,
+                msgs: msgs.unwrap_or(4000),
+                reps,
+                lat_iters: if m.quick { 2000 } else { 10_000 },
                 lat_warm: 200,
-                gap_iters: 2000,
+                gap_iters: if m.quick { 500 } else { 2000 },
                 filter,
                 latency,
                 low_water,
@@ -486,6 +504,9 @@ trait Transport: Send + Sync + 'static {
     type Rx: Send;
     /// The bare eventfd loses messages by design; the others must not.
     const LOSSY: bool = false;
+    /// The most messages a producer may send (the bare eventfd's value has
+    /// 22 bits of sequence).
+    const MAX_SEQ: u64 = 1 << SEQ_BITS;
     fn producer(&self) -> Self::Tx;
     fn send(tx: &mut Self::Tx, msg: &[u8]);
     /// Set up in the consumer's thread, before the clock starts.
@@ -1041,6 +1062,7 @@ impl Transport for Bare {
     type Tx = RawFd;
     type Rx = (RawFd, RawFd, Ep, Tally);
     const LOSSY: bool = true;
+    const MAX_SEQ: u64 = 1 << 22;
 
     fn producer(&self) -> RawFd {
         self.efd.as_raw_fd()
@@ -1105,13 +1127,27 @@ struct RunOut {
     error: Option<String>,
 }
 
+/// A producer's count of messages sent, on a line of its own.
+#[repr(align(128))]
+#[derive(Default)]
+struct Sent(AtomicU64);
+
+/// The producers look at the stop flag (and publish their count) once per
+/// this many messages: off the per-message path.
+const STOP_EVERY: u64 = 64;
+
 fn run_throughput<T: Transport>(t: T, topo: Topo, size: usize, cfg: &Cfg) -> RunOut {
     let t = Arc::new(t);
-    let per_prod = (cfg.msgs / topo.p).max(20) as u64;
-    let warm = per_prod / 10;
+    // Smoke: a fixed count. Timed: until the harness says stop.
+    let limit = if cfg.smoke {
+        (cfg.msgs / topo.p).max(20) as u64
+    } else {
+        u64::MAX
+    }
+    .min(T::MAX_SEQ);
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent: Arc<Vec<Sent>> = Arc::new((0..topo.p).map(|_| Sent::default()).collect());
     let start = Arc::new(Barrier::new(topo.p + topo.c + 1));
-    let warmed = Arc::new(Barrier::new(topo.p + 1));
-    let go = Arc::new(Barrier::new(topo.p + 1));
 
     let consumers: Vec<_> = (0..topo.c)
         .map(|_| {
@@ -1127,52 +1163,73 @@ fn run_throughput<T: Transport>(t: T, topo: Topo, size: usize, cfg: &Cfg) -> Run
         .collect();
     let producers: Vec<_> = (0..topo.p)
         .map(|p| {
-            let (t, start, warmed, go) = (t.clone(), start.clone(), warmed.clone(), go.clone());
+            let (t, start, stop, sent) = (t.clone(), start.clone(), stop.clone(), sent.clone());
             let mut msg = new_msg(size);
             thread::spawn(move || {
                 let mut tx = t.producer();
                 start.wait();
-                for seq in 0..warm {
+                let mut seq = 0;
+                while seq < limit {
+                    if seq % STOP_EVERY == 0 {
+                        sent[p].0.store(seq, Ordering::Relaxed);
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                    }
                     stamp(&mut msg, p, seq);
                     T::send(&mut tx, &msg);
+                    seq += 1;
                 }
-                warmed.wait();
-                go.wait();
-                for seq in warm..per_prod {
-                    stamp(&mut msg, p, seq);
-                    T::send(&mut tx, &msg);
-                }
+                seq
             })
         })
         .collect();
 
+    // The window: what the producers sent between two readings of their
+    // counts, a warm-up after the start and row_time apart; then stop.
+    let sum = || {
+        sent.iter()
+            .map(|s| s.0.load(Ordering::Relaxed))
+            .sum::<u64>()
+    };
     start.wait();
-    warmed.wait();
-    let (a0, c0, t0) = (allocations(), context_switches(), Instant::now());
-    go.wait();
-    for h in producers {
-        h.join().expect("producer panicked");
+    let mut t0 = Instant::now();
+    let (mut a0, mut c0, mut s0) = (allocations(), context_switches(), 0);
+    let mut window = None;
+    if !cfg.smoke {
+        thread::sleep(cfg.m.warm);
+        (a0, c0, s0, t0) = (allocations(), context_switches(), sum(), Instant::now());
+        thread::sleep(cfg.m.row_time);
+        let (s1, t1) = (sum(), Instant::now());
+        window = Some((s1, t1, allocations(), context_switches()));
+        stop.store(true, Ordering::Relaxed);
     }
+    let counts: Vec<u64> = producers
+        .into_iter()
+        .map(|h| h.join().expect("producer panicked"))
+        .collect();
     t.close();
     let outs: Vec<_> = consumers
         .into_iter()
         .map(|h| h.join().expect("consumer panicked"))
         .collect();
-    let (a1, c1) = (allocations(), context_switches());
-
-    let end = outs.iter().map(|o| o.2).max().unwrap();
-    let secs = end.duration_since(t0).as_secs_f64();
-    let timed = (topo.p as u64 * (per_prod - warm)) as f64;
-    let sent = topo.p as u64 * per_prod;
+    let sent_all: u64 = counts.iter().sum();
+    // Smoke: the whole run (figures meaningless, never judged).
+    let (s1, t1, a1, c1) = window.unwrap_or_else(|| {
+        let end = outs.iter().map(|o| o.2).max().unwrap();
+        (sent_all, end, allocations(), context_switches())
+    });
+    let secs = t1.duration_since(t0).as_secs_f64();
+    let timed = (s1 - s0).max(1) as f64;
     let mut out = RunOut {
         rate: timed / secs,
-        rings: t.rings(sent),
+        rings: t.rings(sent_all.max(1)),
         send_rings: t.send_rings(),
         wakes: outs
             .iter()
             .map(|o| o.1)
             .sum::<Option<u64>>()
-            .map(|w| w as f64 / sent as f64),
+            .map(|w| w as f64 / sent_all.max(1) as f64),
         ctxsw: (c1 - c0) as f64 / timed,
         allocs: (a1 - a0) as f64 / timed,
         ..RunOut::default()
@@ -1202,14 +1259,15 @@ fn run_throughput<T: Transport>(t: T, topo: Topo, size: usize, cfg: &Cfg) -> Run
     }
     if T::LOSSY {
         out.error = None;
-        out.loss = Some((sent, count.iter().sum(), reads.max(merged)));
+        out.loss = Some((sent_all, count.iter().sum(), reads.max(merged)));
         return out;
     }
-    let want_sum = per_prod * (per_prod - 1) / 2;
     for p in 0..topo.p {
-        if out.error.is_none() && (count[p] != per_prod || sum[p] != want_sum) {
+        let n = counts[p];
+        let want_sum = n * n.saturating_sub(1) / 2;
+        if out.error.is_none() && (count[p] != n || sum[p] != want_sum) {
             out.error = Some(format!(
-                "producer {p}: {} of {per_prod} messages delivered (sequence sum {} want {want_sum})",
+                "producer {p}: {} of {n} messages delivered (sequence sum {} want {want_sum})",
                 count[p], sum[p]
             ));
         }
@@ -1695,76 +1753,6 @@ fn median_opt(v: impl Iterator<Item = Option<f64>>) -> Option<f64> {
     v.filter(|v| !v.is_empty()).map(median)
 }
 
-fn read_trim(path: &str) -> String {
-    std::fs::read_to_string(path)
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "?".into())
-}
-
-/// CPU ticks from /proc: (busy ticks of the whole machine, steal ticks,
-/// ticks of this process, all threads).
-fn cpu_ticks() -> Option<(u64, u64, u64)> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let f: Vec<u64> = stat
-        .lines()
-        .next()?
-        .split_whitespace()
-        .skip(1)
-        .map(|v| v.parse().unwrap_or(0))
-        .collect();
-    // user nice system idle iowait irq softirq steal ...
-    let busy = f.first()? + f.get(1)? + f.get(2)? + f.get(5)? + f.get(6)?;
-    let steal = *f.get(7)?;
-    let me = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let rest: Vec<&str> = me.rsplit_once(") ")?.1.split_whitespace().collect();
-    // Fields 14 and 15 (utime, stime) are at 11 and 12 after the comm.
-    let own = rest.get(11)?.parse::<u64>().ok()? + rest.get(12)?.parse::<u64>().ok()?;
-    Some((busy, steal, own))
-}
-
-/// The share of all CPUs that other processes used (and the hypervisor
-/// stole) between two `cpu_ticks` readings taken `secs` apart.
-fn interference(
-    a: Option<(u64, u64, u64)>,
-    b: Option<(u64, u64, u64)>,
-    secs: f64,
-) -> Option<(f64, f64)> {
-    let ((b0, s0, o0), (b1, s1, o1)) = (a?, b?);
-    // SAFETY: plain libc call.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    let cpus = thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-    let total = secs * hz * cpus;
-    let others = (b1 - b0).saturating_sub(o1 - o0) as f64 / total;
-    Some((others, (s1 - s0) as f64 / total))
-}
-
-fn load1() -> (f64, String) {
-    let l = read_trim("/proc/loadavg");
-    let one = l
-        .split_whitespace()
-        .next()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(f64::NAN);
-    (one, l)
-}
-
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_else(|| "?".into());
-    let cpus = thread::available_parallelism().map_or(0, |n| n.get());
-    format!(
-        "{cpus} CPUs ({cpu}), Linux {}",
-        read_trim("/proc/sys/kernel/osrelease")
-    )
-}
-
 fn fmt_opt(v: Option<f64>, prec: usize) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{v:.prec$}"))
 }
@@ -1803,35 +1791,25 @@ fn start_hang_guard() {
     });
 }
 
-/// A target: the figure (a ratio, or a share in percent) against a bound.
-#[derive(Clone, Copy)]
-enum Goal {
-    AtLeast(f64),
-    AtMost(f64),
-    PercentAtMost(f64),
+/// One latency row's repetition: (p50, p99) in ns; None where it failed.
+type Percentiles = Option<(f64, f64)>;
+
+/// Per repetition, a figure of one row (None where the row failed).
+fn per_rep(runs: &[RunOut], f: impl Fn(&RunOut) -> Option<f64>) -> Vec<Option<f64>> {
+    runs.iter()
+        .map(|r| if r.error.is_some() { None } else { f(r) })
+        .collect()
 }
 
-/// One summary line: the figure, the target, met or MISSED (or not
-/// measured, when a filter left a row out).
-fn verdict(o: &mut String, what: &str, figure: Option<f64>, goal: Goal) {
-    let Some(f) = figure else {
-        let _ = writeln!(o, "{what:<72}       -  not measured in this run");
-        return;
-    };
-    let (fig, target, met) = match goal {
-        Goal::AtLeast(w) => (format!("{f:.3}x"), format!(">= {w}x"), f >= w),
-        Goal::AtMost(w) => (format!("{f:.3}x"), format!("<= {w}x"), f <= w),
-        Goal::PercentAtMost(w) => (
-            format!("{:.1}%", 100.0 * f),
-            format!("<= {w}%"),
-            100.0 * f <= w,
-        ),
-    };
-    let _ = writeln!(
-        o,
-        "{what:<72} {fig:>8}  target {target:<8} {}",
-        if met { "met" } else { "MISSED" }
-    );
+fn rates(runs: &[RunOut]) -> Vec<Option<f64>> {
+    per_rep(runs, |r| Some(r.rate))
+}
+
+/// Whether the filter lets a row named `name` run.
+fn filtered_in(cfg: &Cfg, name: &str) -> bool {
+    cfg.filter
+        .as_ref()
+        .is_none_or(|f| f.split('|').any(|f| name.contains(f)))
 }
 
 fn main() {
@@ -1860,33 +1838,57 @@ fn main() {
     ];
     let pacings = [pacing_available(), Pacing::Gap];
     let peers = peers(&cfg);
+    let row_name = |topo: Topo, size: usize, peer: Peer| {
+        format!("{} {size} B {}", topo.name(), peer.label(size))
+    };
+    let runs_row = |topo: Topo, size: usize, peer: Peer| {
+        peer.applies(size) && filtered_in(&cfg, &row_name(topo, size, peer))
+    };
 
-    let (load_start, load_start_s) = load1();
-    let ticks_start = cpu_ticks();
-    let started = Instant::now();
+    // The plan: timed rows, and the latency rows' samples (a handshake
+    // sample about 60 us, a gap sample (a 1 ms sleep) about 1.5 ms, a round
+    // trip 30 us).
+    let timed_rows = groups
+        .iter()
+        .map(|&(t, s)| peers.iter().filter(|&&p| runs_row(t, s, p)).count())
+        .sum::<usize>();
+    let latency_s = if cfg.latency {
+        idles.len() as f64
+            * ((cfg.lat_iters + cfg.lat_warm) as f64 * 60e-6
+                + (cfg.gap_iters + cfg.lat_warm.min(cfg.gap_iters / 10)) as f64 * 1.5e-3)
+            + pps.len() as f64 * (cfg.lat_iters + cfg.lat_warm) as f64 * 30e-6
+    } else {
+        0.0
+    };
+    cfg.m.plan("side_by_side", timed_rows, 0.05, latency_s);
+
+    let watch = method::Watch::start();
     // results[group][peer] = one RunOut per repetition
     let mut results: Vec<Vec<Vec<RunOut>>> = vec![vec![Vec::new(); peers.len()]; groups.len()];
-    // idle_res[pacing][path] = (p50, p99) per repetition
-    let mut idle_res: Vec<Vec<Vec<(f64, f64)>>> =
+    // idle_res[pacing][path] = (p50, p99) per repetition (None: failed)
+    let mut idle_res: Vec<Vec<Vec<Percentiles>>> =
         vec![vec![Vec::new(); idles.len()]; pacings.len()];
-    let mut pp_res: Vec<Vec<(f64, f64)>> = vec![Vec::new(); pps.len()];
+    let mut pp_res: Vec<Vec<Percentiles>> = vec![Vec::new(); pps.len()];
     let mut errors: Vec<String> = Vec::new();
 
-    // Repetitions are interleaved (every configuration once, then again) so a
-    // burst of load elsewhere spreads over all rows instead of one.
-    for rep in 0..cfg.reps {
-        eprintln!("side_by_side: repetition {}/{}", rep + 1, cfg.reps);
-        for (gi, &(topo, size)) in groups.iter().enumerate() {
-            for (pi, &peer) in peers.iter().enumerate() {
-                let name = format!("{} {size} B {}", topo.name(), peer.label(size));
-                if !peer.applies(size)
-                    || cfg
-                        .filter
-                        .as_ref()
-                        .is_some_and(|f| !f.split('|').any(|f| name.contains(f)))
-                {
+    // One configuration at a time: rep 1 of each of its rows, then rep 2,
+    // ..., the rows' order rotated per repetition, so the rows compared with
+    // each other run close together and none always goes first.
+    for (gi, &(topo, size)) in groups.iter().enumerate() {
+        for rep in 0..cfg.reps {
+            eprintln!(
+                "side_by_side: {} {size} B, repetition {}/{}",
+                topo.name(),
+                rep + 1,
+                cfg.reps
+            );
+            for i in 0..peers.len() {
+                let pi = method::order(i, rep, peers.len());
+                let peer = peers[pi];
+                if !runs_row(topo, size, peer) {
                     continue;
                 }
+                let name = row_name(topo, size, peer);
                 progress(&name);
                 let t = Instant::now();
                 let out = peer.run(topo, size, &cfg);
@@ -1896,51 +1898,53 @@ fn main() {
                     t.elapsed().as_secs_f64()
                 );
                 if let Some(e) = &out.error {
-                    errors.push(format!(
-                        "{} {size} B {}: {e}",
-                        topo.name(),
-                        peer.label(size)
-                    ));
+                    errors.push(format!("{name}: {e}"));
                 }
                 results[gi][pi].push(out);
             }
         }
-        if !cfg.latency {
-            continue;
-        }
-        for (j, &pacing) in pacings.iter().enumerate() {
-            for (i, &k) in idles.iter().enumerate() {
+    }
+    if cfg.latency {
+        for rep in 0..cfg.reps {
+            eprintln!("side_by_side: latency, repetition {}/{}", rep + 1, cfg.reps);
+            for (j, &pacing) in pacings.iter().enumerate() {
+                for i in 0..idles.len() {
+                    let i = method::order(i, rep, idles.len());
+                    let k = idles[i];
+                    progress(k.label());
+                    let t = Instant::now();
+                    let r = idle_wakeup(k, &cfg, pacing);
+                    if let Err(e) = &r {
+                        errors.push(format!("{} ({}): {e}", k.label(), pacing.describe()));
+                    }
+                    idle_res[j][i].push(r.ok().map(percentiles));
+                    eprintln!(
+                        "  idle {} ({}): {:.2} s",
+                        k.label(),
+                        pacing.describe(),
+                        t.elapsed().as_secs_f64()
+                    );
+                }
+            }
+            for i in 0..pps.len() {
+                let i = method::order(i, rep, pps.len());
+                let k = pps[i];
                 progress(k.label());
                 let t = Instant::now();
-                match idle_wakeup(k, &cfg, pacing) {
-                    Ok(s) => idle_res[j][i].push(percentiles(s)),
-                    Err(e) => errors.push(format!("{} ({}): {e}", k.label(), pacing.describe())),
+                let r = ping_pong(k, &cfg);
+                if let Err(e) = &r {
+                    errors.push(format!("{}: {e}", k.label()));
                 }
+                pp_res[i].push(r.ok().map(percentiles));
                 eprintln!(
-                    "  idle {} ({}): {:.2} s",
+                    "  ping-pong {}: {:.2} s",
                     k.label(),
-                    pacing.describe(),
                     t.elapsed().as_secs_f64()
                 );
             }
         }
-        for (i, &k) in pps.iter().enumerate() {
-            progress(k.label());
-            let t = Instant::now();
-            match ping_pong(k, &cfg) {
-                Ok(s) => pp_res[i].push(percentiles(s)),
-                Err(e) => errors.push(format!("{}: {e}", k.label())),
-            }
-            eprintln!(
-                "  ping-pong {}: {:.2} s",
-                k.label(),
-                t.elapsed().as_secs_f64()
-            );
-        }
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    let (_, load_end_s) = load1();
-    let others = interference(ticks_start, cpu_ticks(), elapsed);
+    let watched = watch.stop();
 
     let mut o = String::new();
     let _ = writeln!(
@@ -1952,14 +1956,17 @@ fn main() {
             ""
         }
     );
-    let _ = writeln!(o, "machine: {}", machine());
+    let _ = writeln!(o, "machine: {}", method::machine());
     let _ = writeln!(
         o,
-        "build: {}; {} messages per configuration (10% warm-up excluded), capacity {CAPACITY}, median of {} run(s); {:.0} s",
-        if cfg!(debug_assertions) { "DEBUG (figures not representative)" } else { "release" },
-        cfg.msgs,
-        cfg.reps,
-        elapsed
+        "build: {}; {}; capacity {CAPACITY}; {:.0} s",
+        if cfg!(debug_assertions) {
+            "DEBUG (figures not representative)"
+        } else {
+            "release"
+        },
+        cfg.m.describe(),
+        watched.elapsed
     );
     let _ = writeln!(
         o,
@@ -1974,41 +1981,23 @@ fn main() {
             .copied()
             .unwrap_or(eventq::event_loop::DEFAULT_BUDGET)
     );
-    let _ = writeln!(
-        o,
-        "loadavg at start: {load_start_s}; at end: {load_end_s} (the end includes this run's own load)"
-    );
-    match others {
-        Some((other, steal)) => {
-            let _ = writeln!(
-                o,
-                "during the run, other processes used {:.1}% of the CPUs; hypervisor steal {:.1}%",
-                other * 100.0,
-                steal * 100.0
-            );
-            if !(load_start < 1.0 && other < 0.05 && steal < 0.05) {
-                let _ = writeln!(
-                    o,
-                    "WARNING: the machine was not quiet (load at start >= 1.0, or others/steal >= 5%): figures are not from a quiet machine"
-                );
-            }
-        }
-        None => {
-            let _ = writeln!(
-                o,
-                "(/proc/stat unreadable: CPU use by other processes unknown)"
-            );
-        }
-    }
+    o.push_str(watched.report());
     let _ = writeln!(o);
     let _ = writeln!(
         o,
-        "M msg/s and ns/msg: all producers together, timed window. rings/msg: receive-doorbell writes \
+        "M msg/s and ns/msg: all producers together, timed window; median of the repetitions, with their \
+         inter-quartile range (min-max below 5 repetitions). rings/msg: receive-doorbell writes \
          per message sent (libeventq: stats recv_doorbell_rings/sent; semaphore queue: eventfd writes; \
          pipe: write calls). wakes/msg: consumer epoll_wait returns (Loop: run_once calls) per message. \
-         ctxsw/msg: process context switches per message. allocs/msg: heap allocations per message in \
-         the timed window, worst run. eq/peer: the reference row's (ref) rate over this row's."
+         ctxsw/msg: process context switches per message in the window. allocs/msg: heap allocations \
+         per message in the window, worst repetition. ref/row: the reference row's (ref) rate over this \
+         row's, per repetition: median (spread)."
     );
+    let spread_hdr = if cfg.reps >= 5 {
+        "IQR M/s"
+    } else {
+        "min-max M/s"
+    };
     for (gi, &(topo, size)) in groups.iter().enumerate() {
         if results[gi].iter().all(Vec::is_empty) {
             continue;
@@ -2026,26 +2015,31 @@ fn main() {
         );
         let _ = writeln!(
             o,
-            "{:<52} {:>8} {:>8} {:>13} {:>9} {:>9} {:>9} {:>10} {:>7}  notes",
+            "{:<52} {:>8} {:>8} {:>13} {:>9} {:>9} {:>9} {:>10} {:>18}  notes",
             "peer",
             "M msg/s",
             "ns/msg",
-            "min-max M/s",
+            spread_hdr,
             "rings/msg",
             "wakes/msg",
             "ctxsw/msg",
             "allocs/msg",
-            "eq/peer"
+            "ref/row"
         );
-        let reference = median(results[gi][0].iter().map(|r| r.rate).collect());
+        let reference = rates(&results[gi][0]);
         for (pi, &peer) in peers.iter().enumerate() {
             let runs = &results[gi][pi];
-            if runs.is_empty() {
+            let good: Vec<f64> = rates(runs).into_iter().flatten().collect();
+            let Some(rs) = method::spread(&good) else {
+                if !runs.is_empty() {
+                    let _ = writeln!(
+                        o,
+                        "{:<52}  DELIVERY FAILED in every repetition",
+                        peer.label(size)
+                    );
+                }
                 continue;
-            }
-            let rate = median(runs.iter().map(|r| r.rate).collect());
-            let lo = runs.iter().map(|r| r.rate).fold(f64::INFINITY, f64::min);
-            let hi = runs.iter().map(|r| r.rate).fold(0.0, f64::max);
+            };
             let allocs = runs.iter().map(|r| r.allocs).fold(0.0, f64::max);
             let mut notes = String::new();
             if let Some((sent, intact, reads)) = runs.last().and_then(|r| r.loss) {
@@ -2066,25 +2060,25 @@ fn main() {
             }
             let _ = writeln!(
                 o,
-                "{:<52} {:>8.2} {:>8.1} {:>13} {:>9} {:>9} {:>9.4} {:>10.5} {:>7}  {notes}",
+                "{:<52} {:>8.2} {:>8.1} {:>13} {:>9} {:>9} {:>9.4} {:>10.5} {:>18}  {notes}",
                 peer.label(size),
-                rate / 1e6,
-                1e9 / rate,
-                format!("{:.2}-{:.2}", lo / 1e6, hi / 1e6),
+                rs.med / 1e6,
+                1e9 / rs.med,
+                format!("{:.2}-{:.2}", rs.lo / 1e6, rs.hi / 1e6),
                 fmt_opt(median_opt(runs.iter().map(|r| r.rings)), 4),
                 fmt_opt(median_opt(runs.iter().map(|r| r.wakes)), 4),
                 median(runs.iter().map(|r| r.ctxsw).collect()),
                 allocs,
                 if pi == 0 {
-                    "1.00".into()
+                    "-".into()
                 } else {
-                    format!("{:.2}", reference / rate)
+                    method::fmt_spread(method::spread(&method::ratios(&reference, &rates(runs))), 2)
                 },
             );
         }
     }
 
-    let lat_table = |o: &mut String, title: &str, labels: Vec<&str>, res: &[Vec<(f64, f64)>]| {
+    let lat_table = |o: &mut String, title: &str, labels: Vec<&str>, res: &[Vec<Percentiles>]| {
         if res.iter().all(Vec::is_empty) {
             return;
         }
@@ -2092,23 +2086,27 @@ fn main() {
         let _ = writeln!(o, "{title}");
         let _ = writeln!(
             o,
-            "{:<52} {:>9} {:>9} {:>9}",
+            "{:<52} {:>9} {:>9} {:>18}",
             "path", "p50 us", "p99 us", "p50/ref"
         );
-        let ref50 = median(res[0].iter().map(|r| r.0).collect());
-        for (label, r) in labels.iter().zip(res) {
-            if r.is_empty() {
+        let ref50: Vec<Option<f64>> = res[0].iter().map(|r| r.map(|r| r.0)).collect();
+        for (i, (label, r)) in labels.iter().zip(res).enumerate() {
+            let p50: Vec<Option<f64>> = r.iter().map(|r| r.map(|r| r.0)).collect();
+            let p99: Vec<f64> = r.iter().flatten().map(|r| r.1).collect();
+            if p99.is_empty() {
                 continue;
             }
-            let p50 = median(r.iter().map(|r| r.0).collect());
-            let p99 = median(r.iter().map(|r| r.1).collect());
             let _ = writeln!(
                 o,
-                "{:<52} {:>9.2} {:>9.2} {:>9.2}",
+                "{:<52} {:>9.2} {:>9.2} {:>18}",
                 label,
-                p50 / 1e3,
-                p99 / 1e3,
-                p50 / ref50
+                median(p50.iter().flatten().copied().collect()) / 1e3,
+                median(p99) / 1e3,
+                if i == 0 {
+                    "-".into()
+                } else {
+                    method::fmt_spread(method::spread(&method::ratios(&p50, &ref50)), 2)
+                }
             );
         }
     };
@@ -2138,31 +2136,34 @@ fn main() {
         &pp_res,
     );
 
-    // The targets, from the medians above (reported, never asserted).
-    let runs_of = |topo: Topo, size: usize, peer: Peer| -> Option<&Vec<RunOut>> {
-        let gi = groups.iter().position(|&g| g == (topo, size))?;
-        let pi = peers.iter().position(|&p| p == peer)?;
-        Some(&results[gi][pi]).filter(|r| !r.is_empty())
+    // The targets, on the per-repetition figures (reported, never asserted).
+    let runs_of = |topo: Topo, size: usize, peer: Peer| -> &[RunOut] {
+        let gi = groups.iter().position(|&g| g == (topo, size));
+        let pi = peers.iter().position(|&p| p == peer);
+        match (gi, pi) {
+            (Some(gi), Some(pi)) => results[gi][pi].as_slice(),
+            _ => &[],
+        }
     };
-    let rate_of = |topo: Topo, size: usize, peer: Peer| -> Option<f64> {
-        runs_of(topo, size, peer).map(|runs| median(runs.iter().map(|r| r.rate).collect()))
+    let ratio = |topo: Topo, size: usize, a: Peer, b: Peer| -> Option<Spread> {
+        method::spread(&method::ratios(
+            &rates(runs_of(topo, size, a)),
+            &rates(runs_of(topo, size, b)),
+        ))
     };
-    let ratio = |topo: Topo, size: usize, a: Peer, b: Peer| -> Option<f64> {
-        Some(rate_of(topo, size, a)? / rate_of(topo, size, b)?)
-    };
-    let idle_p50 = |pacing: usize, k: Idle| -> Option<f64> {
-        let i = idles.iter().position(|&x| x == k)?;
-        let r = &idle_res[pacing][i];
-        (!r.is_empty()).then(|| median(r.iter().map(|r| r.0).collect()))
+    let idle_ratio = |pacing: usize, a: Idle, b: Idle| -> Option<Spread> {
+        let p50 = |k: Idle| -> Vec<Option<f64>> {
+            let i = idles.iter().position(|&x| x == k).expect("idle path");
+            idle_res[pacing][i].iter().map(|r| r.map(|r| r.0)).collect()
+        };
+        method::spread(&method::ratios(&p50(a), &p50(b)))
     };
     let _ = writeln!(o);
     if cfg.smoke {
         let _ = writeln!(o, "== targets: not evaluated in smoke mode ==");
     } else {
-        let _ = writeln!(
-            o,
-            "== targets (from the medians above; reported, never asserted) =="
-        );
+        let m = &cfg.m;
+        let _ = writeln!(o, "{}", m.targets_heading());
         let one = Topo { p: 1, c: 1 };
         let four_one = Topo { p: 4, c: 1 };
         let four_four = Topo { p: 4, c: 4 };
@@ -2181,41 +2182,48 @@ fn main() {
         };
         for topo in [one, four_one] {
             for size in [8, 1024] {
-                verdict(
+                method::verdict(
                     &mut o,
+                    m,
                     &format!(
                         "(1) {} {}: loop ({budget}) / epoll + recv_into",
                         topo.name(),
                         kib(size)
                     ),
                     ratio(topo, size, Peer::EqLoop, Peer::EqRecvInto),
-                    Goal::AtLeast(0.8),
+                    Goal::AtLeast(0.8, "x"),
                 );
             }
         }
         let _ = writeln!(
             o,
-            "(2) loop / libuv's bounded async queue: judged by the peers bench (make bench-peers)"
+            "target (2) loop / libuv's bounded async queue: judged by the peers bench (make bench-peers)"
         );
         for size in [8, 1024] {
             for (peer, name) in [
                 (Peer::EqRecvInto, "recv_into"),
                 (Peer::EqBatch, "recv_batch"),
             ] {
-                verdict(
+                let empty: Vec<f64> = per_rep(runs_of(four_four, size, peer), |r| r.empty)
+                    .into_iter()
+                    .flatten()
+                    .map(|e| 100.0 * e)
+                    .collect();
+                method::verdict(
                     &mut o,
+                    m,
                     &format!("(3) 4P4C {}: empty wake-ups, epoll + {name}", kib(size)),
-                    runs_of(four_four, size, peer)
-                        .and_then(|runs| median_opt(runs.iter().map(|r| r.empty))),
-                    Goal::PercentAtMost(10.0),
+                    method::spread(&empty),
+                    Goal::AtMost(10.0, "%"),
                 );
             }
         }
-        verdict(
+        method::verdict(
             &mut o,
+            m,
             "(3) 4P4C 8 B: epoll + recv_into / crossbeam",
             ratio(four_four, 8, Peer::EqRecvInto, Peer::Crossbeam),
-            Goal::AtLeast(1.0),
+            Goal::AtLeast(1.0, "x"),
         );
         for (j, &pacing) in pacings.iter().enumerate() {
             let pace = if pacing == Pacing::Gap {
@@ -2223,25 +2231,25 @@ fn main() {
             } else {
                 "handshake"
             };
-            verdict(
+            method::verdict(
                 &mut o,
+                m,
                 &format!("(4) idle wake-up p50, {pace}: epoll + recv_into / semaphore queue"),
-                idle_p50(j, Idle::EqEpoll)
-                    .zip(idle_p50(j, Idle::SemQueue))
-                    .map(|(a, b)| a / b),
-                Goal::AtMost(1.1),
+                idle_ratio(j, Idle::EqEpoll, Idle::SemQueue),
+                Goal::AtMost(1.1, "x"),
             );
         }
         for size in [8, 1024] {
             // Per message: the blocking path's ns/msg over the epoll path's.
-            verdict(
+            method::verdict(
                 &mut o,
+                m,
                 &format!(
                     "(5) 1P1C {}: blocking (Wait::Forever) / epoll, ns per msg",
                     kib(size)
                 ),
                 ratio(one, size, Peer::EqRecvInto, Peer::EqBlock),
-                Goal::AtMost(1.2),
+                Goal::AtMost(1.2, "x"),
             );
         }
         let _ = writeln!(o, "earlier targets:");
@@ -2255,29 +2263,30 @@ fn main() {
                 (four_one, 8, Peer::Crossbeam, "crossbeam", 0.8),
             ];
             for (topo, size, peer, pname, want) in vs {
-                verdict(
+                method::verdict(
                     &mut o,
+                    m,
                     &format!("{} {}: eventq ({name}) / {pname}", topo.name(), kib(size)),
                     ratio(topo, size, eq, peer),
-                    Goal::AtLeast(want),
+                    Goal::AtLeast(want, "x"),
                 );
             }
             for &t in &topos {
-                verdict(
+                method::verdict(
                     &mut o,
+                    m,
                     &format!("{} 1 KiB: eventq ({name}) / crossbeam Vec<u8>", t.name()),
                     ratio(t, 1024, eq, Peer::Crossbeam),
-                    Goal::AtLeast(1.5),
+                    Goal::AtLeast(1.5, "x"),
                 );
             }
         }
-        verdict(
+        method::verdict(
             &mut o,
+            m,
             "idle wake-up p50, handshake: eventq (epoll + recv_into) / raw eventfd",
-            idle_p50(0, Idle::EqEpoll)
-                .zip(idle_p50(0, Idle::RawEventfd))
-                .map(|(a, b)| a / b),
-            Goal::AtMost(1.2),
+            idle_ratio(0, Idle::EqEpoll, Idle::RawEventfd),
+            Goal::AtMost(1.2, "x"),
         );
     }
     print!("{o}");

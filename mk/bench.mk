@@ -2,29 +2,47 @@
 # The benchmarks and their smoke stages. No timing is ever checked by a
 # stage: the smoke runs use tiny counts and judge delivery only.
 #
+# The method every rate bench of `make bench` shares (benches/method/mod.rs
+# for Rust, struct method in benches/peers/peers.h for C; docs/performance.md
+# "Method"): each row runs for a time, not a count (a warm-up of a fifth of
+# the row time, then a window of --row-time seconds, default 0.5); the rows
+# compared with each other (one configuration) run repetition by repetition
+# (--reps, default 5), in an order rotated per repetition; every ratio is
+# taken within a repetition and every target judged on the median and
+# inter-quartile range of its per-repetition figures (min-max below 5):
+# met, MISSED or unsettled (the spread straddles the goal), one line per
+# target in a format the benches share. Each bench prints its plan and the
+# time it expects at its start, and the load (load average, other
+# processes' CPU, steal) in its report.
+#
 #   make bench           bench-blocking, bench-async, bench-peers and bench-ipc, then
-#                        benches/side_by_side.rs in a
-#                        release build: libeventq (epoll, loop and blocking
-#                        paths) against crossbeam-channel, a semaphore-eventfd
-#                        queue, a pipe and the seed's bare eventfd, plus idle
+#                        benches/side_by_side.rs in a release build:
+#                        libeventq (epoll, loop and blocking paths) against
+#                        crossbeam-channel, a semaphore-eventfd queue, a
+#                        pipe and the seed's bare eventfd, plus idle
 #                        wake-up (handshake and 1 ms idle-gap pacing) and
 #                        ping-pong latency; one table per configuration and
-#                        a summary that judges every performance target (met
-#                        or MISSED, with its figure) from the medians of that
-#                        run; then benches/footprint.rs (the fds and resident
-#                        memory of 10,000 idle channels).
-#                        A few minutes; take figures only on a quiet machine
-#                        (the table prints the load average and warns when it
-#                        is high). BENCH_ARGS passes options: --reps N,
-#                        --msgs N, --filter TEXT, --no-latency, --budget N
-#                        (the loop rows), --low-water N[,N..] (one more epoll
-#                        row per low-water mark), --send-fd (producers poll
-#                        the send fd instead of blocking in send).
+#                        a summary of every performance target; then
+#                        benches/footprint.rs (the fds and resident memory
+#                        of 10,000 idle channels). About 9 minutes on 2
+#                        CPUs after the builds (side_by_side 4, ipc 2.5,
+#                        peers 2, blocking 0.2); take figures on a quiet
+#                        machine. BENCH_ARGS passes options: --reps N,
+#                        --row-time S, --quick, --filter TEXT, --no-latency,
+#                        --budget N (the loop rows), --low-water N[,N..]
+#                        (one more epoll row per low-water mark), --send-fd
+#                        (producers poll the send fd instead of blocking in
+#                        send).
+#   make bench-quick     make bench with --quick everywhere (BENCH_QUICK=1):
+#                        3 repetitions of 0.2 s rows, fewer latency samples;
+#                        about 3 minutes after the builds; every verdict
+#                        marked (quick).
 #   make bench-blocking  benches/blocking.rs: the blocking single-message
 #                        path (send/recv_into with Wait::Forever) against the
 #                        epoll path (Wait::Never, epoll_wait on the receive
 #                        fd, poll on the send fd), 1P1C, 8 B and 1 KiB, with
-#                        the ratio. BLOCKING_ARGS: --msgs N, --reps N.
+#                        the ratio per repetition. BLOCKING_ARGS: --reps N,
+#                        --row-time S, --quick, --size BYTES, --only PATH.
 #   make bench-async     benches/async_peers.rs (feature tokio): AsyncChan
 #                        against tokio::sync::mpsc and flume, async tasks on
 #                        a multi-thread Tokio runtime, 1P1C and 4P1C, 8 B
@@ -42,12 +60,11 @@
 #                        test install. 1P1C and 4P1C, 8-byte and 1 KiB
 #                        messages, one table per configuration, with the
 #                        libeventq/peer ratios of its epoll and loop rows,
-#                        ending with the loop's targets (met or MISSED); six
-#                        to eight minutes on 2 CPUs, most of it nng's rows. A
+#                        ending with the loop's targets. About 2 minutes. A
 #                        peer library that is missing is left out, and the
 #                        program says so with its apt-get line (.ci/run
-#                        installs all four). PEERS_ARGS: --msgs N, --reps N,
-#                        --filter TEXT.
+#                        installs all four). PEERS_ARGS: --reps N,
+#                        --row-time S, --quick, --filter TEXT.
 #   make bench-ipc       benches/ipc/*.c (with benches/peers/common.c and
 #                        the peers' configure.sh flags): libeventq's
 #                        process-shared channel between processes against
@@ -55,15 +72,11 @@
 #                        ipc://, with the in-process channel (threads) as
 #                        the reference (the shared channel's consumer
 #                        level-triggered, and EPOLLET in a row of its own);
-#                        1P1C and 4P1C producer processes,
-#                        8-byte and 1 KiB messages, each row a timed window
-#                        (0.5 s), repetitions interleaved; then idle-gap
-#                        ping latency (one way, 1 ms gaps); the targets
-#                        judged on the spread of per-repetition ratios
-#                        (met, unsettled or MISSED). About 2.5 minutes.
-#                        IPC_ARGS: --reps N, --seconds S, --ping N,
-#                        --filter TEXT. IPC_ICEORYX2=1 runs
-#                        bench-ipc-iceoryx2 after it.
+#                        1P1C and 4P1C producer processes, 8-byte and 1 KiB
+#                        messages; then idle-gap ping latency (one way, 1 ms
+#                        gaps). About 2.5 minutes. IPC_ARGS: --reps N,
+#                        --row-time S, --quick, --ping N, --filter TEXT.
+#                        IPC_ICEORYX2=1 runs bench-ipc-iceoryx2 after it.
 #   make bench-ipc-iceoryx2
 #                        benches/ipc-iceoryx2, a crate of its own (not a
 #                        dependency of libeventq's): iceoryx2's
@@ -98,7 +111,7 @@
 #                        queue.Queue through an executor. BENCH_PY_ARGS
 #                        passes options, e.g. --msgs 100000.
 #
-# Stages: bench-smoke (side_by_side --smoke: every configuration delivered
+# Stages (count-based, tiny, seconds): bench-smoke (side_by_side --smoke: every configuration delivered
 # every message intact; footprint --smoke: 100 channels, each works),
 # blocking-bench-smoke (blocking --smoke), async-bench-smoke (async_peers
 # --smoke: every message of every row once, whole, in order), bench-peers-smoke (peers --smoke:
@@ -109,6 +122,8 @@
 # pings).
 
 BENCH_ARGS    ?=
+BENCH_QUICK   ?= 0
+QUICK_ARG   := $(if $(filter 1,$(BENCH_QUICK)),--quick)
 BLOCKING_ARGS ?=
 ASYNC_ARGS    ?=
 PEERS_ARGS    ?=
@@ -126,19 +141,26 @@ IPC_IOX_DIR := benches/ipc-iceoryx2
 IPC_WAKES_ARGS ?= 1000 8 1000
 IPC_WAKES_BIN  := $(BUILD)/bench-ipc/empty_wakes
 
-.PHONY: bench bench-blocking bench-async bench-peers bench-ipc bench-ipc-iceoryx2 bench-ipc-wakes bench-go bench-go-micro \
+.PHONY: bench bench-quick bench-plan bench-blocking bench-async bench-peers bench-ipc bench-ipc-iceoryx2 bench-ipc-wakes bench-go bench-go-micro \
         bench-python
 
 # The prerequisites run first, in this order.
-bench: bench-blocking bench-async bench-peers bench-ipc | need-cargo
-	$(CARGO) bench --bench side_by_side -- $(BENCH_ARGS)
+bench: bench-plan bench-blocking bench-async bench-peers bench-ipc | need-cargo
+	$(CARGO) bench --bench side_by_side -- $(QUICK_ARG) $(BENCH_ARGS)
 	$(CARGO) bench --bench footprint
 
+bench-quick:
+	$(MAKE) bench BENCH_QUICK=1
+
+bench-plan:
+	@echo 'make bench$(if $(QUICK_ARG), (quick)): blocking, async, peers, ipc, side_by_side, footprint;' \
+	  'expect about $(if $(QUICK_ARG),3,10) minutes on 2 CPUs after the builds (each bench prints its plan)'
+
 bench-blocking: | need-cargo
-	$(CARGO) bench --bench blocking -- $(BLOCKING_ARGS)
+	$(CARGO) bench --bench blocking -- $(QUICK_ARG) $(BLOCKING_ARGS)
 
 bench-async: | need-cargo
-	$(CARGO) bench --features tokio --bench async_peers -- $(ASYNC_ARGS)
+	$(CARGO) bench --features tokio --bench async_peers -- $(if $(QUICK_ARG),--reps 3 --seconds 0.2) $(ASYNC_ARGS)
 
 $(PEERS_BUILD)/cflags: FORCE | need-cc need-pkg-config
 	@CC="$(CC)" PKG_CONFIG="$(PKG_CONFIG)" benches/peers/configure.sh $(PEERS_BUILD)
@@ -149,7 +171,7 @@ $(PEERS_BIN): $(PEERS_SRCS) benches/peers/peers.h benches/peers/drain.h $(PEERS_
 	  $(PEERS_SRCS) -o $@ $(call pc_test,--libs) $$(cat $(PEERS_BUILD)/libs) -lm \
 	  $(RPATH_TEST) $(LDFLAGS)
 bench-peers: $(PEERS_BIN)
-	$(PEERS_BIN) $(PEERS_ARGS)
+	$(PEERS_BIN) $(QUICK_ARG) $(PEERS_ARGS)
 
 $(IPC_BIN): $(IPC_SRCS) benches/ipc/ipc.h benches/peers/peers.h benches/peers/drain.h \
             $(PEERS_BUILD)/cflags $(PEERS_BUILD)/libs $(TEST_STAMP) | need-cc need-pkg-config
@@ -158,7 +180,7 @@ $(IPC_BIN): $(IPC_SRCS) benches/ipc/ipc.h benches/peers/peers.h benches/peers/dr
 	  $(IPC_SRCS) -o $@ $(call pc_test,--libs) $$(cat $(PEERS_BUILD)/libs) -lm \
 	  $(RPATH_TEST) $(LDFLAGS)
 bench-ipc: $(IPC_BIN)
-	$(IPC_BIN) $(IPC_ARGS)
+	$(IPC_BIN) $(QUICK_ARG) $(IPC_ARGS)
 ifeq ($(IPC_ICEORYX2),1)
 	$(MAKE) bench-ipc-iceoryx2
 endif

@@ -9,14 +9,17 @@
  * process), 8-byte and 1 KiB messages (bench-peers' format and check,
  * ../peers/peers.h). Each run forks a consumer process, which sets its row
  * up and forks the producer processes (the in-process rows start threads
- * instead); see ipc.h. A run lasts a time, not a count: the producers send
- * as fast as they can until the harness stops them, and the rate is what
- * the consumer received in a window of --seconds (default 0.5, longer if
- * it got fewer than 1000 messages) after a 0.1 s warm-up that starts with
- * its first message. Every row of every configuration runs once, then
- * again, --reps times (default 5), so a burst of load elsewhere spreads
- * over all rows; each ratio is taken within a repetition and reported as
- * the median and min-max of those per-repetition ratios.
+ * instead); see ipc.h. The method is the one every rate bench shares
+ * (../peers/peers.h, struct method): a run lasts a time, not a count: the
+ * producers send as fast as they can until the harness stops them, and
+ * the rate is what the consumer received in a window of --row-time
+ * seconds (default 0.5, longer if it got fewer than 1000 messages) after a
+ * warm-up of a fifth of that which starts with its first message. The rows
+ * of one configuration run repetition by repetition (--reps, default 5),
+ * rep 1 of each row, then rep 2, in an order rotated per repetition; each
+ * ratio is taken within a repetition and reported as the median and
+ * inter-quartile range (min-max below 5 repetitions) of those
+ * per-repetition ratios.
  *
  * Idle-gap ping: one producer process sleeps 1 ms (the consumer is asleep
  * in epoll_wait by then), stamps CLOCK_MONOTONIC into a 16-byte message
@@ -27,14 +30,16 @@
  *
  * Targets, judged from the per-repetition ratios: met only if the
  * spread's worse end meets the target, MISSED if its better end misses,
- * unsettled if it straddles. Nothing is asserted: the program exits 1 only
+ * unsettled if it straddles (the line format is shared with the other
+ * benches: print_verdict). Nothing is asserted: the program exits 1 only
  * if a run failed to deliver (a lost, duplicated, reordered or damaged
  * message, a hang), 2 on an error of the bench itself.
  *
- *   ipc [--smoke] [--reps N] [--seconds S] [--ping N] [--filter TEXT]
+ *   ipc [--smoke] [--quick] [--reps N] [--row-time S] [--ping N] [--filter TEXT]
  *
  * --smoke: a fixed tiny count per producer, one repetition, 20 pings, no
- * timing judged (make test's bench-ipc-smoke). --filter: only rows whose
+ * timing judged (make test's bench-ipc-smoke). --quick: 3 repetitions of
+ * 0.2 s, 250 pings. --seconds S is --row-time S. --filter: only rows whose
  * "<config> <size> B <label>" (ping rows: "ping <label>") contains TEXT or
  * one of its '|'-separated alternatives.
  */
@@ -62,18 +67,17 @@ const char *const bench_prog = "bench-ipc";
 
 /* --- configuration ------------------------------------------------------------ */
 
-#define MAX_REPS 50
+#define MAX_REPS METHOD_MAX_REPS
 #define MAX_ROWS 12
 #define PING_SIZE 16
 #define PING_WARM 20
-#define WARM_SECONDS 0.1
 /* A run that makes no progress for this long is a hang (a lost wake-up or
  * a lost end marker): its processes are killed and it fails. */
 #define HANG_SECONDS 30
 
 static struct {
+    struct method m;
     int smoke, reps, ping;
-    double seconds;
     const char *filter;
 } cfg;
 
@@ -103,23 +107,22 @@ static int filtered_in(const char *name)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: ipc [--smoke] [--reps N] [--seconds S] [--ping N] [--filter TEXT]\n");
+            "usage: ipc [--smoke] [--quick] [--reps N] [--row-time S] [--ping N] "
+            "[--filter TEXT]\n");
     exit(2);
 }
 
 static void parse_args(int argc, char **argv)
 {
-    cfg.reps = -1;
     cfg.ping = -1;
-    cfg.seconds = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (!strcmp(a, "--seconds"))
+            argv[i] = "--row-time"; /* the older name */
+        if (method_arg(&cfg.m, argc, argv, &i))
+            continue;
         if (!strcmp(a, "--smoke"))
-            cfg.smoke = 1;
-        else if (!strcmp(a, "--reps") && i + 1 < argc)
-            cfg.reps = atoi(argv[++i]);
-        else if (!strcmp(a, "--seconds") && i + 1 < argc)
-            cfg.seconds = atof(argv[++i]);
+            cfg.m.smoke = 1;
         else if (!strcmp(a, "--ping") && i + 1 < argc)
             cfg.ping = atoi(argv[++i]);
         else if (!strcmp(a, "--filter") && i + 1 < argc)
@@ -127,16 +130,13 @@ static void parse_args(int argc, char **argv)
         else
             usage();
     }
-    cfg.smoke |= smoke_from_env();
-    if (cfg.reps == 0 || cfg.reps > MAX_REPS || cfg.ping == 0 || cfg.ping > MAX_PING ||
-        cfg.seconds == 0 || cfg.seconds > 60)
+    if (cfg.ping == 0 || cfg.ping > MAX_PING)
         usage();
-    if (cfg.reps < 0)
-        cfg.reps = cfg.smoke ? 1 : 5;
+    method_finish(&cfg.m);
+    cfg.smoke = cfg.m.smoke;
+    cfg.reps = cfg.m.reps;
     if (cfg.ping < 0)
-        cfg.ping = cfg.smoke ? 20 : 1000;
-    if (cfg.seconds < 0)
-        cfg.seconds = 0.5;
+        cfg.ping = cfg.smoke ? 20 : cfg.m.quick ? 250 : 1000;
 }
 
 void endpoint_name(char *buf, size_t cap, const char *prefix)
@@ -196,8 +196,10 @@ static void flood(const struct prod_arg *a, void *tx)
     msg_init(&m, a->ri->size, a->p, k);
     uint64_t seq = 0;
     for (;; seq++) {
+        /* Timed: the stop flag looked at once per 64 messages. */
         if (a->ri->smoke ? seq == a->ri->per_prod
-                         : atomic_load_explicit(&sh->stop, memory_order_relaxed) != 0)
+                         : seq % 64 == 0 &&
+                               atomic_load_explicit(&sh->stop, memory_order_relaxed) != 0)
             break;
         msg_stamp(&m, a->p, seq);
         a->row->send(tx, m.d, m.size);
@@ -440,14 +442,14 @@ static void run_one(const struct row *row, int P, size_t size, enum mode mode, c
         t = now_sec();
         while (atomic_load_explicit(seen, memory_order_relaxed) == 0 && now_sec() - t < 10)
             sleep_sec(0.0005);
-        sleep_sec(WARM_SECONDS);
+        sleep_sec(cfg.m.warm);
         t0 = now_sec();
         s0 = atomic_load_explicit(seen, memory_order_relaxed);
         do {
             sleep_sec(0.05);
             t1 = now_sec();
             s1 = atomic_load_explicit(seen, memory_order_relaxed);
-        } while (t1 - t0 < cfg.seconds || (s1 - s0 < 1000 && t1 - t0 < 10));
+        } while (t1 - t0 < cfg.m.row_time || (s1 - s0 < 1000 && t1 - t0 < 10));
         atomic_store(&sh->stop, 1);
     }
 
@@ -489,30 +491,13 @@ static int row_index(const struct row *r)
     return -1;
 }
 
-/* The spread of a/b over the repetitions in which both ran: median, min,
- * max. 0 when there is none. */
-struct spread {
-    int n;
-    double med, lo, hi;
-};
-
-static struct spread spread_of(const double *v, int n)
-{
-    struct spread s = {n, NAN, INFINITY, -INFINITY};
-    for (int i = 0; i < n; i++) {
-        s.lo = fmin(s.lo, v[i]);
-        s.hi = fmax(s.hi, v[i]);
-    }
-    s.med = median(v, n);
-    return s;
-}
-
+/* The spread of a/b over the repetitions in which both ran. */
 static struct spread rate_ratio(int gi, int a, int b)
 {
     double v[MAX_REPS];
     int n = 0;
     if (a < 0 || b < 0)
-        return (struct spread){0, NAN, NAN, NAN};
+        return spread_of(NULL, 0);
     for (int i = 0; i < counts[gi][a] && i < counts[gi][b]; i++) {
         const struct result *x = &results[gi][a][i], *y = &results[gi][b][i];
         if (!x->error[0] && !y->error[0] && y->rate > 0)
@@ -533,49 +518,19 @@ static struct spread ping_ratio(int a, int b)
     return spread_of(v, n);
 }
 
-static void fmt_spread(char *buf, size_t cap, struct spread s)
-{
-    if (!s.n)
-        snprintf(buf, cap, "-");
-    else
-        snprintf(buf, cap, "%.2f (%.2f-%.2f)", s.med, s.lo, s.hi);
-}
-
-/* met only if the worse end of the spread meets the target, MISSED if its
- * better end misses, unsettled if it straddles. */
 static void judge(const char *what, struct spread s, double want, int at_most)
 {
-    char sp[64];
-    fmt_spread(sp, sizeof sp, s);
-    if (!s.n) {
-        printf("%-58s %-20s target %s %.1fx  not measured\n", what, "-", at_most ? "<=" : ">=",
-               want);
-        return;
-    }
-    const char *v;
-    if (at_most)
-        v = s.hi <= want ? "met" : s.lo > want ? "MISSED" : "unsettled";
-    else
-        v = s.lo >= want ? "met" : s.hi < want ? "MISSED" : "unsettled";
-    /* How far from the target: the median when MISSED, the worse end
-     * of the spread when unsettled. */
-    char by[96] = "";
-    double at = !strcmp(v, "MISSED") ? s.med : at_most ? s.hi : s.lo;
-    if (strcmp(v, "met"))
-        snprintf(by, sizeof by, " (%s %.2fx: %.0f%% %s)",
-                 !strcmp(v, "MISSED") ? "median" : "worse end", at,
-                 fabs(at / want - 1) * 100, at_most ? "over" : "short");
-    printf("%-58s %-20s target %s %.1fx  %s%s\n", what, sp, at_most ? "<=" : ">=", want, v, by);
+    print_verdict(&cfg.m, what, s, at_most, want, "x");
 }
 
 static void print_tables(void)
 {
     int ref = row_index(&eq_shared_batch);
     printf("M msg/s, ns/msg: messages the consumer received in the timed window over its "
-           "length; median and min-max of the repetitions. ctxsw/msg: context switches of "
-           "every process of the run (consumer and producers), whole run, per message. "
+           "length; median and inter-quartile range (min-max below 5) of the repetitions. "
+           "ctxsw/msg: context switches of every process of the run (consumer and producers), whole run, per message. "
            "wakes/msg: the consumer's epoll_wait returns per message. shared/row: libeventq "
-           "shared (epoll + recv_batch) over this row, per repetition: median (min-max); > 1 "
+           "shared (epoll + recv_batch) over this row, per repetition: median (spread); > 1 "
            "means the shared channel is faster.\n");
     for (int gi = 0; gi < N_GROUPS; gi++) {
         int any = 0;
@@ -587,7 +542,8 @@ static void print_tables(void)
                GROUPS[gi].producers == 1 ? "one producer process"
                                          : "four producer processes, one consumer process");
         printf("%-56s %8s %8s %13s %9s %9s %20s  %s\n", "row", "M msg/s", "ns/msg",
-               "min-max M/s", "ctxsw/msg", "wakes/msg", "shared/row", "notes");
+               cfg.reps >= 5 ? "IQR M/s" : "min-max M/s", "ctxsw/msg", "wakes/msg", "shared/row",
+               "notes");
         for (int ri = 0; ri < nrows; ri++) {
             int n = counts[gi][ri], good = 0;
             if (!n)
@@ -612,7 +568,7 @@ static void print_tables(void)
                 snprintf(ns, sizeof ns, "%.1f", 1e9 / s.med);
                 snprintf(mm, sizeof mm, "%.2f-%.2f", s.lo / 1e6, s.hi / 1e6);
             }
-            fmt_spread(ratio, sizeof ratio, rate_ratio(gi, ref, ri));
+            fmt_spread(ratio, sizeof ratio, rate_ratio(gi, ref, ri), 2);
             printf("%-56s %8s %8s %13s %9.3f %9.4f %20s  %s%s\n", rows[ri]->label, rate, ns, mm,
                    median(cs, good), median(wk, good), ri == ref ? "-" : ratio,
                    results[gi][ri][n - 1].note,
@@ -627,10 +583,10 @@ static void print_tables(void)
     printf("\n== idle-gap ping, one way: 1 ms gap, then a 16-byte message stamped with "
            "CLOCK_MONOTONIC at the send; the consumer, asleep in epoll_wait, reads the clock "
            "when it holds the message. %d samples per repetition; median over repetitions, "
-           "with min-max ==\n",
+           "with their spread ==\n",
            cfg.ping);
-    printf("%-56s %8s %15s %8s %15s %20s\n", "row", "p50 us", "p50 min-max", "p99 us",
-           "p99 min-max", "shared/row p50");
+    printf("%-56s %8s %15s %8s %15s %20s\n", "row", "p50 us", cfg.reps >= 5 ? "p50 IQR" : "p50 min-max",
+           "p99 us", cfg.reps >= 5 ? "p99 IQR" : "p99 min-max", "shared/row p50");
     for (int i = 0; i < NPING; i++) {
         int n = ping_counts[i], good = 0;
         if (!n)
@@ -649,7 +605,7 @@ static void print_tables(void)
         char am[32], bm[32], ratio[48];
         snprintf(am, sizeof am, "%.1f-%.1f", a.lo, a.hi);
         snprintf(bm, sizeof bm, "%.1f-%.1f", b.lo, b.hi);
-        fmt_spread(ratio, sizeof ratio, ping_ratio(0, i));
+        fmt_spread(ratio, sizeof ratio, ping_ratio(0, i), 2);
         printf("%-56s %8.1f %15s %8.1f %15s %20s\n", PING_ROWS[i]->label, a.med, am, b.med, bm,
                i == 0 ? "-" : ratio);
     }
@@ -661,16 +617,18 @@ static void judge_rate(const char *what, int gi, const struct row *vs, double wa
 {
     char et[200];
     judge(what, rate_ratio(gi, row_index(&eq_shared_batch), row_index(vs)), want, 0);
-    snprintf(et, sizeof et, "      the same, EPOLLET");
+    snprintf(et, sizeof et, "%s, EPOLLET row", what);
     judge(et, rate_ratio(gi, row_index(&eq_shared_et), row_index(vs)), want, 0);
 }
 
 static void print_targets(void)
 {
-    printf("\n== targets (per-repetition ratios, median (min-max); met only if the whole "
-           "spread meets the target, MISSED if none of it does, unsettled if it straddles; "
-           "reported, never asserted). The shared channel: epoll (level-triggered) + "
-           "recv_batch; its EPOLLET row below each, for comparison ==\n");
+    printf("\n== targets (per-repetition ratios: median and inter-quartile range, min-max "
+           "below 5 repetitions; met only if the whole spread meets the target, MISSED if none "
+           "of it does, unsettled if it straddles; reported, never asserted)%s. The shared "
+           "channel: epoll (level-triggered) + recv_batch; its EPOLLET row below each, for "
+           "comparison ==\n",
+           cfg.m.quick ? " QUICK run: short rows, few repetitions" : "");
     char what[160];
     for (int gi = 0; gi < N_GROUPS; gi++) {
         if (GROUPS[gi].size != 8)
@@ -687,7 +645,7 @@ static void print_targets(void)
 #ifdef PEERS_HAVE_ZMQ
         judge_rate(what, gi, &zmq_ipc, 2.0);
 #else
-        printf("%-58s ZeroMQ left out\n", what);
+        printf("target %s: ZeroMQ left out\n", what);
 #endif
     }
     for (int gi = 0; gi < N_GROUPS; gi++) {
@@ -709,14 +667,35 @@ int main(int argc, char **argv)
     if (sh == MAP_FAILED)
         die("mmap: %s", strerror(errno));
 
+    int planned = 0, planned_pings = 0;
+    for (int gi = 0; gi < N_GROUPS; gi++)
+        for (int ri = 0; ri < nrows; ri++) {
+            char name[256];
+            snprintf(name, sizeof name, "%dP1C %zu B %s", GROUPS[gi].producers, GROUPS[gi].size,
+                     rows[ri]->label);
+            planned += filtered_in(name);
+        }
+    for (int i = 0; i < NPING; i++) {
+        char name[256];
+        snprintf(name, sizeof name, "ping %s", PING_ROWS[i]->label);
+        planned_pings += filtered_in(name);
+    }
+    /* A run's processes cost about 0.15 s beyond its window; a ping (a
+     * 1 ms sleep) about 1.5 ms. */
+    method_plan(&cfg.m, bench_prog, planned, 0.15,
+                planned_pings * (0.1 + (cfg.ping + PING_WARM) * 0.0015));
     struct watch w;
     watch_start(&w);
     int failures = 0;
     char errors[32][640];
-    for (int rep = 0; rep < cfg.reps; rep++) {
-        fprintf(stderr, "bench-ipc: repetition %d/%d\n", rep + 1, cfg.reps);
-        for (int gi = 0; gi < N_GROUPS; gi++) {
-            for (int ri = 0; ri < nrows; ri++) {
+    /* One configuration at a time: rep 1 of each of its rows, then rep 2,
+     * ..., the rows' order rotated per repetition; then the pings so. */
+    for (int gi = 0; gi < N_GROUPS; gi++) {
+        for (int rep = 0; rep < cfg.reps; rep++) {
+            fprintf(stderr, "bench-ipc: %dP1C %zu B, repetition %d/%d\n", GROUPS[gi].producers,
+                    GROUPS[gi].size, rep + 1, cfg.reps);
+            for (int i = 0; i < nrows; i++) {
+                int ri = method_order(i, rep, nrows);
                 char name[256];
                 snprintf(name, sizeof name, "%dP1C %zu B %s", GROUPS[gi].producers,
                          GROUPS[gi].size, rows[ri]->label);
@@ -731,7 +710,11 @@ int main(int argc, char **argv)
                     snprintf(errors[failures - 1], sizeof errors[0], "%s", res->error);
             }
         }
-        for (int i = 0; i < NPING; i++) {
+    }
+    for (int rep = 0; rep < cfg.reps; rep++) {
+        fprintf(stderr, "bench-ipc: idle-gap ping, repetition %d/%d\n", rep + 1, cfg.reps);
+        for (int j = 0; j < NPING; j++) {
+            int i = method_order(j, rep, NPING);
             char name[256];
             snprintf(name, sizeof name, "ping %s", PING_ROWS[i]->label);
             if (!filtered_in(name))
@@ -766,15 +749,18 @@ int main(int argc, char **argv)
 #endif
     printf("iceoryx2: not a row here (a Rust library); benches/ipc-iceoryx2 measures it "
            "against the shared channel in the same way: make bench-ipc-iceoryx2\n");
-    printf("build: %s; %s per row and repetition (after a %.1f s warm-up), capacity %d for "
-           "libeventq, %d repetitions interleaved; %.0f s\n",
+    char window[64] = "a fixed count";
+    if (!cfg.smoke)
+        snprintf(window, sizeof window, "a %.2f s window", cfg.m.row_time);
+    printf("build: %s; %s per row and repetition (after a %.2f s warm-up), capacity %d for "
+           "libeventq, %d repetitions interleaved per configuration%s; %.0f s\n",
 #ifdef __OPTIMIZE__
            "optimised",
 #else
            "NOT OPTIMISED (figures not representative)",
 #endif
-           cfg.smoke ? "a fixed count" : "a timed window", WARM_SECONDS, CAPACITY, cfg.reps,
-           elapsed);
+           window, cfg.m.warm, CAPACITY, cfg.reps,
+           cfg.m.quick ? " (QUICK: short rows, few repetitions)" : "", elapsed);
     watch_report(&w);
     printf("\n");
     print_tables();

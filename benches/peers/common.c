@@ -164,6 +164,13 @@ double now_sec(void)
     return ts_sec(&t);
 }
 
+void sleep_for(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -187,6 +194,96 @@ double quantile(const double *v, int n, double q)
 double median(const double *v, int n)
 {
     return quantile(v, n, 0.5);
+}
+
+/* --- the method: timed rows, interleaved repetitions, verdicts on the spread ------- */
+
+int method_arg(struct method *m, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i];
+    if (!strcmp(a, "--quick")) {
+        m->quick = 1;
+        return 1;
+    }
+    if (*i + 1 >= argc)
+        return 0;
+    if (!strcmp(a, "--reps"))
+        m->reps = atoi(argv[++*i]);
+    else if (!strcmp(a, "--row-time"))
+        m->row_time = atof(argv[++*i]);
+    else
+        return 0;
+    return 1;
+}
+
+void method_finish(struct method *m)
+{
+    m->smoke |= smoke_from_env();
+    if (m->reps < 0 || m->reps > METHOD_MAX_REPS || m->row_time < 0 || m->row_time > 60) {
+        fprintf(stderr, "%s: --reps 1..%d, --row-time in seconds (0 < S <= 60)\n", bench_prog,
+                METHOD_MAX_REPS);
+        exit(2);
+    }
+    if (!m->reps)
+        m->reps = m->smoke ? 1 : m->quick ? 3 : 5;
+    if (m->row_time == 0)
+        m->row_time = m->quick ? 0.2 : 0.5;
+    m->warm = m->row_time / 5;
+}
+
+void method_plan(const struct method *m, const char *prog, int rows, double per_row,
+                 double extra)
+{
+    if (m->smoke)
+        return;
+    double rep = rows * (m->warm + m->row_time + per_row) + extra;
+    fprintf(stderr,
+            "%s: %d timed rows x %d repetitions x (%.2f s warm-up + %.2f s window + ~%.2f s "
+            "set-up), plus ~%.0f s per repetition of latency rows: expect about %.0f s%s\n",
+            prog, rows, m->reps, m->warm, m->row_time, per_row, extra, rep * m->reps,
+            m->quick ? " (quick)" : "");
+}
+
+struct spread spread_of(const double *v, int n)
+{
+    struct spread s = {n, n >= 5, NAN, NAN, NAN};
+    if (!n)
+        return s;
+    s.med = median(v, n);
+    s.lo = quantile(v, n, s.iqr ? 0.25 : 0);
+    s.hi = quantile(v, n, s.iqr ? 0.75 : 1);
+    return s;
+}
+
+void fmt_spread(char *buf, size_t cap, struct spread s, int prec)
+{
+    if (!s.n)
+        snprintf(buf, cap, "-");
+    else
+        snprintf(buf, cap, "%.*f (%.*f-%.*f)", prec, s.med, prec, s.lo, prec, s.hi);
+}
+
+const char *verdict_of(struct spread s, int at_most, double goal)
+{
+    if (at_most)
+        return s.hi <= goal ? "met" : s.lo > goal ? "MISSED" : "unsettled";
+    return s.lo >= goal ? "met" : s.hi < goal ? "MISSED" : "unsettled";
+}
+
+void print_verdict(const struct method *m, const char *what, struct spread s, int at_most,
+                   double goal, const char *unit)
+{
+    int pct = !strcmp(unit, "%");
+    char head[256];
+    snprintf(head, sizeof head, "target %s %s %g%s:", what, at_most ? "<=" : ">=", goal, unit);
+    if (!s.n) {
+        printf("%-92s not measured\n", head);
+        return;
+    }
+    int prec = pct ? 1 : 2;
+    printf("%-92s median %.*f%s (%s %.*f-%.*f%s, %d rep%s): %s%s\n", head, prec, s.med, unit,
+           s.iqr ? "IQR" : "min-max", prec, s.lo, prec, s.hi, unit, s.n, s.n == 1 ? "" : "s",
+           verdict_of(s, at_most, goal), m->quick ? " (quick)" : "");
 }
 
 /* --- machine and load ------------------------------------------------------------ */

@@ -236,9 +236,59 @@ struct timespec;
 double ts_sec(const struct timespec *t);
 /* CLOCK_MONOTONIC in seconds. */
 double now_sec(void);
+/* Sleeps s seconds (resumed after a signal). */
+void sleep_for(double s);
 /* The q-quantile (0..1, interpolated) and the median of v[0..n]; NaN for n 0. */
 double quantile(const double *v, int n, double q);
 double median(const double *v, int n);
+
+/* The method every rate bench shares (the Rust benches' twin is
+ * benches/method/mod.rs): each row runs for a time, not a count (a warm-up,
+ * then a window of --row-time seconds); the rows compared with each other
+ * (one configuration) run repetition by repetition, rep 1 of each row, then
+ * rep 2, in an order rotated per repetition; a target is judged on the
+ * per-repetition figures: their median and inter-quartile range (min-max
+ * below 5 repetitions). --smoke stays count-based. */
+struct method {
+    int smoke, quick, reps;
+    double row_time, warm; /* seconds */
+};
+#define METHOD_MAX_REPS 50
+/* Consumes --reps N, --row-time S, --quick at argv[*i] (advancing *i past
+ * a value); returns 0 if argv[*i] is none of them. */
+int method_arg(struct method *m, int argc, char **argv, int *i);
+/* After the options: the defaults (5 reps of 0.5 s; --quick 3 of 0.2 s;
+ * smoke 1), the smoke flag from EVENTQ_BENCH_SMOKE too. Exits 2 on a value
+ * out of range. */
+void method_finish(struct method *m);
+/* Prints the plan and the time it should take: `rows` timed rows per
+ * repetition, each costing about `per_row` seconds beyond its warm-up and
+ * window, plus `extra` seconds per repetition (latency rows). */
+void method_plan(const struct method *m, const char *prog, int rows, double per_row,
+                 double extra);
+/* The row at place i of repetition rep, among n: rotated, so no row always
+ * goes first. */
+static inline int method_order(int i, int rep, int n)
+{
+    return (i + rep) % n;
+}
+/* The spread of per-repetition figures: the median, and the inter-quartile
+ * range (iqr) or, below 5 values, the min-max. n 0: nothing measured. */
+struct spread {
+    int n, iqr;
+    double med, lo, hi;
+};
+struct spread spread_of(const double *v, int n);
+/* "0.93 (0.90-0.97)" with `prec` decimals; "-" for none. */
+void fmt_spread(char *buf, size_t cap, struct spread s, int prec);
+/* met when the spread's worse end meets the goal, MISSED when its better
+ * end misses, unsettled when it straddles. */
+const char *verdict_of(struct spread s, int at_most, double goal);
+/* One target's line, in the format every bench shares:
+ *   target WHAT >= GOALx: median Mx (IQR a-b, N reps): met
+ * unit "x" (a ratio) or "%" (the figures already in percent). */
+void print_verdict(const struct method *m, const char *what, struct spread s, int at_most,
+                   double goal, const char *unit);
 
 /* The machine ("2 CPUs (model), Linux x.y") for the report's heading. */
 void machine(char *buf, size_t cap);

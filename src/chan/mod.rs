@@ -312,7 +312,10 @@ impl Chan {
     /// Queues a copy of `msg`, waiting for room as `wait` says. A refused
     /// message is not queued and stays the caller's.
     pub fn send(&self, msg: &[u8], wait: Wait) -> Result<()> {
-        self.send_batch([msg], wait).map(drop)
+        match &self.inner {
+            Inner::Local(sh) => sh.send(msg, wait),
+            Inner::Process(_) => self.send_batch([msg], wait).map(drop),
+        }
     }
 
     /// Queues copies of a prefix of `msgs`, as many as fit, in order; waits

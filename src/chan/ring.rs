@@ -291,10 +291,9 @@ impl Ring {
         (self.state.slot(i), 2 * (pos - i as u64))
     }
 
-    /// Stores message `pos` (its slot is the caller's by the stamp).
-    fn write(&self, pos: u64, msg: &[u8]) {
-        let i = self.index(pos);
-        let slot = self.state.slot(i);
+    /// Stores message `pos` in `slot`, its slot (the caller's by the
+    /// stamp), which the claim found: indexed once per message.
+    fn write(&self, slot: &SlotRef<'_>, pos: u64, msg: &[u8]) {
         if msg.len() <= INLINE_MAX {
             // Whole words apart from the tail, so the compiler emits plain
             // moves rather than a memcpy call per word.
@@ -311,19 +310,24 @@ impl Ring {
                 slot.inline[n].store(u64::from_ne_bytes(w), Ordering::Relaxed);
             }
         } else {
-            let mut buf = self.bufs.get(i).lock();
+            let mut buf = self.bufs.get(self.index(pos)).lock();
             buf.clear();
             buf.extend_from_slice(msg);
         }
         slot.len.store(msg.len() as u64, Ordering::Relaxed);
     }
 
-    /// Hands message `pos`, `len` bytes long, to `take` (its slot is the
-    /// caller's by the stamp).
-    fn read<T>(&self, pos: u64, len: usize, take: &mut impl FnMut(Payload<'_>) -> T) -> T {
+    /// Hands message `pos`, `len` bytes long, in `slot` (the caller's by
+    /// the stamp), to `take`.
+    fn read<T>(
+        &self,
+        slot: &SlotRef<'_>,
+        pos: u64,
+        len: usize,
+        take: &mut impl FnMut(Payload<'_>) -> T,
+    ) -> T {
         if len <= INLINE_MAX {
             let mut out = [0u8; INLINE_MAX];
-            let (slot, _) = self.slot(pos);
             // Every word the message touches, whole: the bytes past `len`
             // are the stored word's padding and are not handed out.
             for (word, chunk) in slot
@@ -402,7 +406,7 @@ impl Ring {
             if stamp == empty {
                 match self.tail().advance(tail) {
                     Ok(()) => {
-                        self.write(pos, msg);
+                        self.write(&slot, pos, msg);
                         slot.stamp.store(empty + 1, Ordering::Release);
                         return Ok(Claimed {
                             value: (),
@@ -458,7 +462,7 @@ impl Ring {
                 }
                 match self.head().advance(head) {
                     Ok(()) => {
-                        let value = self.read(pos, len, take);
+                        let value = self.read(&slot, pos, len, take);
                         slot.stamp.store(empty + 2 * self.cap, Ordering::Release);
                         return Pop::Took(Claimed {
                             value,
@@ -534,8 +538,9 @@ impl Ring {
         let head = self.head().load(Ordering::SeqCst).position();
         let tail = self.tail().load(Ordering::SeqCst).position();
         for p in head..tail {
-            let len = self.len_at(p);
-            self.read(p, len, &mut |m: Payload<'_>| f(m.bytes()));
+            let (slot, _) = self.slot(p);
+            let len = slot.len.load(Ordering::Relaxed) as usize;
+            self.read(&slot, p, len, &mut |m: Payload<'_>| f(m.bytes()));
         }
         tail - head
     }

@@ -305,6 +305,13 @@ impl Drop for Shared {
 
 /// The in-process channel's calls (see `Chan`).
 impl Shared {
+    /// One message: `send_batch` without the batch.
+    pub(super) fn send(&self, msg: &[u8], wait: Wait) -> Result<()> {
+        let pushed = self.push_first(msg, wait)?;
+        self.after_push(&pushed);
+        Ok(())
+    }
+
     pub(super) fn send_batch<'a>(
         &self,
         mut msgs: impl Iterator<Item = &'a [u8]>,
@@ -314,33 +321,7 @@ impl Shared {
         let Some(first) = msgs.next() else {
             return Ok(0);
         };
-        sh.check_len(first.len())?;
-        let mut pushed = Pushed::default();
-        let mut deadline = None;
-        loop {
-            match sh.try_push(first) {
-                Ok(c) => {
-                    pushed.add(&c);
-                    break;
-                }
-                Err(PushError::Closed) => return Err(Error::Closed),
-                Err(PushError::NoMemory) => return Err(Error::from_errno(libc::ENOMEM)),
-                Err(PushError::Full) => {
-                    // No room: lower the send fd now, so a producer polling
-                    // it sleeps until the queue drains instead of spinning
-                    // and gets its raise as an event (D9). If room came
-                    // back meanwhile, the fd may be up: try again instead.
-                    if !sh.settle_send(Some(first.len())) {
-                        continue;
-                    }
-                    let deadline = *deadline.get_or_insert_with(|| Deadline::new(wait));
-                    if let Some(e) = deadline.expired() {
-                        return Err(e);
-                    }
-                    sh.parking.wait_for_room(&sh.ring, first.len(), deadline);
-                }
-            }
-        }
+        let mut pushed = sh.push_first(first, wait)?;
         'batch: for msg in msgs {
             if msg.len() > sh.ring.limits().max_msg_size {
                 break;
@@ -363,6 +344,39 @@ impl Shared {
         }
         sh.after_push(&pushed);
         Ok(pushed.n)
+    }
+
+    /// Queues a call's first message, waiting for room as `wait` says.
+    #[inline(always)]
+    fn push_first(&self, first: &[u8], wait: Wait) -> Result<Pushed> {
+        let sh = self;
+        sh.check_len(first.len())?;
+        let mut pushed = Pushed::default();
+        let mut deadline = None;
+        loop {
+            match sh.try_push(first) {
+                Ok(c) => {
+                    pushed.add(&c);
+                    return Ok(pushed);
+                }
+                Err(PushError::Closed) => return Err(Error::Closed),
+                Err(PushError::NoMemory) => return Err(Error::from_errno(libc::ENOMEM)),
+                Err(PushError::Full) => {
+                    // No room: lower the send fd now, so a producer polling
+                    // it sleeps until the queue drains instead of spinning
+                    // and gets its raise as an event (D9). If room came
+                    // back meanwhile, the fd may be up: try again instead.
+                    if !sh.settle_send(Some(first.len())) {
+                        continue;
+                    }
+                    let deadline = *deadline.get_or_insert_with(|| Deadline::new(wait));
+                    if let Some(e) = deadline.expired() {
+                        return Err(e);
+                    }
+                    sh.parking.wait_for_room(&sh.ring, first.len(), deadline);
+                }
+            }
+        }
     }
 
     pub(super) fn recv_into(&self, buf: &mut [u8], wait: Wait) -> Result<usize> {

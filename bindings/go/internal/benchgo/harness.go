@@ -8,10 +8,12 @@
 // the rows are run -reps times, interleaved (rep 1 runs every row, then rep
 // 2, each rep in a rotated order), so that a slow spell of the machine hits
 // every row alike. A target's figure is computed per repetition; it is
-// reported as the median with its inter-quartile range, and its verdict is
-// "met" only when the whole range meets the goal, "MISSED" when the whole
-// range misses it, and "unsettled" when the range straddles it; a figure
-// with no goal (a comparison shown for information) is "reported".
+// reported as the median with its inter-quartile range (the min-max below
+// 5 repetitions), and its verdict is "met" only when the whole range meets
+// the goal, "MISSED" when the whole range misses it, and "unsettled" when
+// the range straddles it; a figure with no goal (a comparison shown for
+// information) is "reported". The method and the verdict line are those of
+// the Rust and C benches (benches/method/mod.rs, docs/performance.md).
 //
 // Rows live in the files of this package, one file per subject, each
 // registering its rows and targets from an init function (see Register).
@@ -227,21 +229,29 @@ func printTargets(sel []Row, results []map[string]Result) {
 			continue // its rows were not run
 		}
 		if first {
-			fmt.Println("\ntargets (median, inter-quartile range of the per-repetition figures):")
+			fmt.Println("\ntargets (per-repetition figures: median and inter-quartile range, min-max below 5 repetitions):")
 			first = false
 		}
-		q := quartiles(v)
+		q := spread(v)
+		u := t.Unit
+		if u != "x" && u != "%" {
+			u = " " + u
+		}
+		kind := "IQR"
+		if len(v) < 5 {
+			kind = "min-max"
+		}
+		fig := fmt.Sprintf("median %s%s (%s %s-%s%s, %d reps)", short(q[1]), u, kind, short(q[0]), short(q[2]), u, len(v))
 		if t.Cmp == "" {
-			fmt.Printf("  %-9s %-58s %s %s (%s–%s)\n", "reported", t.Name,
-				short(q[1]), t.Unit, short(q[0]), short(q[2]))
+			fmt.Printf("%-92s %s: reported\n", "figure "+t.Name+":", fig)
 			continue
 		}
-		fmt.Printf("  %-9s %-58s %s %s (%s–%s), goal %s %s\n", verdict(q, t.Cmp, t.Goal), t.Name,
-			short(q[1]), t.Unit, short(q[0]), short(q[2]), t.Cmp, short(t.Goal))
+		head := fmt.Sprintf("target %s %s %s%s:", t.Name, t.Cmp, short(t.Goal), u)
+		fmt.Printf("%-92s %s: %s\n", head, fig, verdict(q, t.Cmp, t.Goal))
 	}
 }
 
-// verdict judges the inter-quartile range [q0, q2] against the goal.
+// verdict judges the spread [q0, q2] against the goal.
 func verdict(q [3]float64, cmp string, goal float64) string {
 	lo, hi := q[0], q[2]
 	switch cmp {
@@ -263,6 +273,18 @@ func verdict(q [3]float64, cmp string, goal float64) string {
 		panic("benchgo: target comparison " + cmp)
 	}
 	return "unsettled"
+}
+
+// spread returns the low end, the median and the high end of the
+// per-repetition figures: the quartiles from 5 values on, else the min-max.
+func spread(v []float64) [3]float64 {
+	if len(v) >= 5 {
+		return quartiles(v)
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	q := quartiles(v)
+	return [3]float64{s[0], q[1], s[len(s)-1]}
 }
 
 // quartiles returns the first quartile, the median and the third quartile
