@@ -157,7 +157,7 @@ help:
 	  'make header' 'regenerates include/eventq.h from src/ffi' \
 	  'make man' 'the man pages in build/man' \
 	  'make abi-baseline' 'a new ABI baseline in abi/ (make abi-check: stage abi)' \
-	  'make bench' 'also bench-peers, bench-ipc, bench-blocking, bench-async, bench-go, bench-python' \
+	  'make bench' 'also bench-quick, bench-peers, bench-ipc, bench-blocking, bench-async, bench-go, bench-python' \
 	  'make loom' 'also loom-mutations, stress, leaks, crash, crash-soak, hostile, sanitize, fuzz, fuzz-merge, fuzz-driver: the proofs in full'
 
 $(patsubst TOOL_%,need-%,$(filter TOOL_%,$(.VARIABLES))): need-%:
