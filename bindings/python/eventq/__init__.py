@@ -39,7 +39,7 @@ MAX_CAPACITY: int = _lib.EVENTQ_MAX_CAPACITY
 #: Longest message when neither max_msg_size nor max_bytes says otherwise.
 DEFAULT_MAX_MSG_SIZE: int = _lib.EVENTQ_DEFAULT_MAX_MSG_SIZE
 
-__version__ = "0.2.0"  # the binding's own; it needs libeventq 0.2 or a later 0.x
+__version__ = "0.3.0"  # the release's version (scripts/release.sh checks it); needs libeventq 0.3 or a later 0.x
 
 __all__ = [
     "Chan",
