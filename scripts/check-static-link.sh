@@ -36,12 +36,24 @@ rm -rf "$work"
 mkdir -p "$work"
 export PKG_CONFIG_PATH=$lib/pkgconfig
 
+# resolved FLAGS...: the flags with each -L path resolved (the .pc files
+# say prefix=${pcfiledir}/../..).
+resolved() {
+    local f out=()
+    for f in "$@"; do
+        case $f in -L*) out+=("-L$(realpath -m "${f:2}")") ;; *) out+=("$f") ;; esac
+    done
+    echo "${out[*]}"
+}
+
 echo "eventq-static.pc:"
 private=$(sed -n 's/^Libs.private:[[:space:]]*//p' "$lib/pkgconfig/eventq.pc")
-got=$(echo $("$pkg_config" --libs eventq-static 2>&1 || true))
+# shellcheck disable=SC2046
+got=$(resolved $("$pkg_config" --libs eventq-static 2>&1 || true))
 want=$(echo "-L$lib -l:libeventq.a" $private)
 if [ "$got" = "$want" ]; then ok "--libs: $got"; else fail "--libs gives '$got', want '$want'"; fi
-got=$(echo $("$pkg_config" --static --libs eventq-static 2>&1 || true))
+# shellcheck disable=SC2046
+got=$(resolved $("$pkg_config" --static --libs eventq-static 2>&1 || true))
 if [ "$got" = "$want" ]; then ok "--static --libs: the same"; else fail "--static --libs gives '$got', want '$want'"; fi
 if [ "$("$pkg_config" --cflags eventq-static 2>&1)" = "$("$pkg_config" --cflags eventq)" ]; then
     ok "--cflags as eventq.pc's"
@@ -125,9 +137,9 @@ elif CARGO_TARGET_DIR=$work/neighbour-target "$cargo" build -q --release --offli
         if "$cc" "$neighbour/neighbour.c" $("$pkg_config" --cflags eventq-static) -o "$work/neighbour-orig" "$nlib" \
                 "$ORIGINAL_A" $(sed -n 's/^Libs.private:[[:space:]]*//p' "$lib/pkgconfig/eventq.pc") \
                 >"$work/neighbour-orig.log" 2>&1; then
-            note "cargo's own archive links beside it too here"
+            note "cargo's own archive links beside it too here (this toolchain's objects did not collide)"
         else
-            note "cargo's own archive does not: $(grep -c 'multiple definition' "$work/neighbour-orig.log") multiple definitions, e.g. $(grep -o "multiple definition of [^;]*" "$work/neighbour-orig.log" | head -1)"
+            note "cargo's own archive does not (what the local symbols fix): $(grep -c 'multiple definition' "$work/neighbour-orig.log") multiple definitions, e.g. $(grep -o "multiple definition of [^;]*" "$work/neighbour-orig.log" | head -1)"
         fi
     fi
 else
