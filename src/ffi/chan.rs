@@ -535,8 +535,14 @@ pub extern "C" fn eventq_chan_send_batch(
         // not freed (header).
         let chan = try_c!(unsafe { chan_ref(chan) });
         let wait = try_c!(wait_of(timeout_ns));
-        ensure!(count <= c_int::MAX as usize, "count {count} is above INT_MAX");
-        ensure!(!msgs.is_null() || count == 0, "msgs is NULL with count {count}");
+        ensure!(
+            count <= c_int::MAX as usize,
+            "count {count} is above INT_MAX"
+        );
+        ensure!(
+            !msgs.is_null() || count == 0,
+            "msgs is NULL with count {count}"
+        );
         let bufs: &[eventq_buf] = if msgs.is_null() {
             &[]
         } else {
@@ -666,7 +672,10 @@ pub extern "C" fn eventq_chan_recv_batch(
         let buf = try_c!(unsafe { bytes_out(buf, cap) });
         let wait = try_c!(wait_of(timeout_ns));
         let max_msgs = max_msgs.min(c_int::MAX as usize);
-        ensure!(!lens.is_null() || max_msgs == 0, "lens is NULL with max_msgs {max_msgs}");
+        ensure!(
+            !lens.is_null() || max_msgs == 0,
+            "lens is NULL with max_msgs {max_msgs}"
+        );
         let lens: &mut [usize] = if lens.is_null() {
             &mut []
         } else {

@@ -458,7 +458,10 @@ pub extern "C" fn eventq_memcg_dir(
         if len <= bytes.len() {
             return super::fail_code(
                 -libc::EMSGSIZE,
-                format_args!("len {len} leaves no room for the {}-byte path and its NUL", bytes.len()),
+                format_args!(
+                    "len {len} leaves no room for the {}-byte path and its NUL",
+                    bytes.len()
+                ),
             );
         }
         // SAFETY: buf has room for len > bytes.len() bytes (header); the

@@ -179,9 +179,8 @@ pub(crate) fn enter(name: &'static str) -> Call {
 /// An export returns, failing with `failure` if not None.
 pub(crate) fn leave(call: Call, failure: Option<c_int>) {
     LAST.with(|l| {
-        let keep = failure.is_some()
-            && failure == Some(l.text_code.get())
-            && l.text_call.get() == call.id;
+        let keep =
+            failure.is_some() && failure == Some(l.text_code.get()) && l.text_call.get() == call.id;
         l.shown.set(if keep { call.id } else { 0 });
         l.current.set(call.outer);
     })
@@ -225,7 +224,7 @@ fn set_text(code: c_int, what: fmt::Arguments<'_>) {
             return;
         };
         let mut w = TextWriter {
-            buf: &mut *buf,
+            buf: &mut buf,
             len: 0,
         };
         let name = export_name(name);
@@ -260,7 +259,10 @@ pub(crate) fn panicked(payload: &(dyn std::any::Any + Send), failure: Option<c_i
         .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(no message)");
     if let Some(code) = failure {
-        set_text(code, format_args!("internal error, a panic was caught: {msg}"));
+        set_text(
+            code,
+            format_args!("internal error, a panic was caught: {msg}"),
+        );
     }
 }
 

@@ -7,8 +7,8 @@ use std::os::fd::{BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 
 use super::chan::{chan_ref, eventq_chan, eventq_chan_opts, options_of};
 use super::{
-    boundary, check_size, ensure, fail, out_new_handle, read_sized, to_code, try_c,
-    write_sized, SizedStruct, PANIC,
+    boundary, check_size, ensure, fail, out_new_handle, read_sized, to_code, try_c, write_sized,
+    SizedStruct, PANIC,
 };
 use crate::chan::{Chan, SharedFds, Side};
 
@@ -245,9 +245,7 @@ pub extern "C" fn eventq_chan_import_fds(
         let mut raw = empty();
         // SAFETY: fds points to `size` (at least the minimum) readable
         // bytes (header); its fields are ints, which take any bytes.
-        try_c!(unsafe {
-            read_sized(fds, EVENTQ_SHARED_FDS_SIZE_MIN, "size", &mut raw)
-        });
+        try_c!(unsafe { read_sized(fds, EVENTQ_SHARED_FDS_SIZE_MIN, "size", &mut raw) });
         let owned = |fd: c_int| {
             // SAFETY: a non-negative fd in the struct is the caller's, given
             // to the library by this call (header), and closed once: here
