@@ -43,17 +43,11 @@ macro_rules! boundary {
     ($on_panic:expr, $body:block) => {{
         // The export's name, for the text, from this fn item's path.
         fn __export() {}
-        let call = $crate::ffi::enter(::std::any::type_name_of_val(&__export));
-        let ret = match ::std::panic::catch_unwind(::std::panic::AssertUnwindSafe(|| $body)) {
-            Ok(v) => v,
-            Err(payload) => {
-                let ret = $on_panic;
-                $crate::ffi::panicked(&*payload, $crate::ffi::Outcome::failure(&ret));
-                ret
-            }
-        };
-        $crate::ffi::leave(call, $crate::ffi::Outcome::failure(&ret));
-        ret
+        $crate::ffi::call(
+            ::std::any::type_name_of_val(&__export),
+            || $on_panic,
+            || $body,
+        )
     }};
 }
 pub(crate) use boundary;
@@ -120,12 +114,6 @@ thread_local! {
     };
 }
 
-/// What `boundary!` restores when the export returns.
-pub(crate) struct Call {
-    id: u64,
-    outer: (u64, &'static str),
-}
-
 /// An export's return value: the code a text may go with, if it is a
 /// failure. A negative `int` is its code; a NULL pointer (an export that
 /// returns a handle or data) counts as -EINVAL; other returns never fail.
@@ -163,26 +151,35 @@ impl Outcome for usize {
     }
 }
 
-/// An export starts (`boundary!`): `name` is the type name of a fn item
-/// declared in it.
-pub(crate) fn enter(name: &'static str) -> Call {
+/// Runs an export (`boundary!`): `name` is the type name of a fn item
+/// declared in it, `body` its body, `on_panic` what it returns if the body
+/// panics. The thread-local is reached once per call (in a shared library
+/// each access is a `__tls_get_addr` call): the call is numbered and made
+/// the current one, and when it returns its text is shown if it failed
+/// with the code the text was set with.
+pub(crate) fn call<R: Outcome>(
+    name: &'static str,
+    on_panic: impl FnOnce() -> R,
+    body: impl FnOnce() -> R,
+) -> R {
     LAST.with(|l| {
         let id = l.calls.get().wrapping_add(1).max(1);
         l.calls.set(id);
-        Call {
-            id,
-            outer: l.current.replace((id, name)),
-        }
-    })
-}
-
-/// An export returns, failing with `failure` if not None.
-pub(crate) fn leave(call: Call, failure: Option<c_int>) {
-    LAST.with(|l| {
+        let outer = l.current.replace((id, name));
+        let ret = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+            Ok(v) => v,
+            Err(payload) => {
+                let ret = on_panic();
+                panicked(&*payload, ret.failure());
+                ret
+            }
+        };
+        let failure = ret.failure();
         let keep =
-            failure.is_some() && failure == Some(l.text_code.get()) && l.text_call.get() == call.id;
-        l.shown.set(if keep { call.id } else { 0 });
-        l.current.set(call.outer);
+            failure.is_some() && failure == Some(l.text_code.get()) && l.text_call.get() == id;
+        l.shown.set(if keep { id } else { 0 });
+        l.current.set(outer);
+        ret
     })
 }
 
@@ -277,17 +274,32 @@ pub const EVENTQ_FOREVER: i64 = -1;
 /// text becomes the thread's last-error text, except for the codes that
 /// say everything themselves and come on the fast paths of a busy
 /// channel: -EAGAIN, -ETIMEDOUT and -EPIPE (no text is formatted there).
+/// Inlined, so those three read the error's discriminant in place; the
+/// rest go to the cold [`code_with_text`].
+#[inline(always)]
 pub(crate) fn to_code(e: &Error) -> c_int {
-    let code = -e.errno();
     match e {
-        Error::WouldBlock | Error::TimedOut | Error::Closed => code,
-        _ => fail_code(code, format_args!("{e}")),
+        Error::WouldBlock => -libc::EAGAIN,
+        Error::TimedOut => -libc::ETIMEDOUT,
+        Error::Closed => -libc::EPIPE,
+        _ => code_with_text(e),
     }
 }
 
+/// [`to_code`] for the errors with a text.
+#[cold]
+#[inline(never)]
+fn code_with_text(e: &Error) -> c_int {
+    fail_code(-e.errno(), format_args!("{e}"))
+}
+
 /// The code an export returns for `res`: 0, or the error's.
+#[inline(always)]
 pub(crate) fn code_of(res: crate::Result<()>) -> c_int {
-    res.map_or_else(|e| to_code(&e), |()| 0)
+    match res {
+        Ok(()) => 0,
+        Err(ref e) => to_code(e),
+    }
 }
 
 /// `-EINVAL`, with `what` as the text.
