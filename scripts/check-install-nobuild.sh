@@ -45,9 +45,10 @@ else fail "build outputs changed:"; diff "$work/before.txt" "$work/after.txt" | 
 for f in lib/libeventq.so.$version lib/libeventq.so.$major lib/libeventq.a include/eventq.h \
          lib/pkgconfig/eventq.pc lib/pkgconfig/eventq-static.pc share/man/man3/eventq_chan_send.3 \
          share/man/man7/eventq.7; do
-    [ -e "$dest/usr/local/$f" ] || fail "not installed: /usr/local/$f"
+    [ -e "$dest/usr/local/$f" ] || missing="${missing:-} /usr/local/$f"
 done
-ok "installed the libraries, header, .pc files and man pages"
+if [ -z "${missing:-}" ]; then ok "installed the libraries, header, .pc files and man pages"
+else fail "not installed:$missing"; fi
 
 echo "make install with nothing built:"
 empty=$work/empty
