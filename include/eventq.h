@@ -7,7 +7,13 @@
  *
  * Conventions (see docs/design.md):
  *  - Fallible functions return int: 0 (or a count) on success, a negative
- *    errno on failure. eventq_strerror() describes any of them.
+ *    errno on failure. eventq_strerror() describes any of them, and
+ *    eventq_last_error() names the argument or condition behind the last
+ *    one this thread got.
+ *  - A struct that carries its size (eventq_chan_opts, eventq_chan_stats,
+ *    eventq_shared_fds) is passed with sizeof: a size above
+ *    EVENTQ_STRUCT_SIZE_MAX is -E2BIG with nothing read or written, one
+ *    that ends inside a field -EINVAL.
  *  - Out-parameters are written only on success, unless a function says
  *    otherwise.
  *  - free(NULL) of any handle is a no-op.
@@ -46,6 +52,15 @@
 
 /** Timeout meaning "wait without limit" (timeout_ns arguments). */
 #define EVENTQ_FOREVER ((int64_t)-1)
+
+/**
+ * The largest `size` of a sized struct accepted, as the kernel's
+ * `sched_setattr` caps its own: a page. A size above it is taken for what
+ * it nearly always is, an unset size field or a wrong argument (1 MiB,
+ * 2^40, SIZE_MAX), and refused with -E2BIG before a byte is read or
+ * written.
+ */
+#define EVENTQ_STRUCT_SIZE_MAX 4096
 
 /**
  * Maximum message size when the options set neither it nor a byte limit.
@@ -546,14 +561,41 @@ const char *eventq_version_string(void);
 const char *eventq_strerror(int err);
 
 /**
+ * The text naming the argument or condition behind the error code that
+ * the most recent libeventq call on this thread returned, e.g.
+ * "eventq_chan_new: opts->size is 0: below EVENTQ_CHAN_OPTS_SIZE_MIN (16)
+ * (set it to sizeof(struct eventq_chan_opts))" or "eventq_chan_send: chan
+ * is NULL": the function's name, a colon, then what was wrong, in the
+ * library's words (for a system error, what was being done and the
+ * system's text). NULL when that call succeeded, or when its code says
+ * everything: -EAGAIN, -ETIMEDOUT and -EPIPE come without a text, so a
+ * busy channel formats none. As `sqlite3_errmsg`; `eventq_strerror`
+ * describes the code itself.
+ *
+ * The pointer stays valid, and the text unchanged, until this thread's
+ * next libeventq call (other than eventq_last_error, eventq_strerror,
+ * eventq_version and eventq_version_string, which leave it alone, so
+ * `eventq_strerror(rc)` and `eventq_last_error()` may be the arguments of
+ * one printf). A call made from a loop callback is a call of its own:
+ * read the text before the callback returns. Texts longer than 511 bytes
+ * are cut.
+ *
+ * Returns the text, or NULL.
+ *
+ * Thread safety: any thread; each thread has its own text.
+ */
+const char *eventq_last_error(void);
+
+/**
  * Fills `opts`, `size` bytes long (pass `sizeof opts`), with the defaults:
  * capacity EVENTQ_DEFAULT_CAPACITY, no byte limit, default maximum message
  * size, low water at half the capacity, no drop hook; and `opts->size`
  * with `size`. Writes nothing past `size`, and zeros there what this
  * library does not know of a larger (newer) struct.
  *
- * Returns 0; -EINVAL for a NULL opts or a size below
- * EVENTQ_CHAN_OPTS_SIZE_MIN.
+ * Returns 0; -EINVAL for a NULL opts, a size below
+ * EVENTQ_CHAN_OPTS_SIZE_MIN or one that ends inside a field; -E2BIG for a
+ * size above EVENTQ_STRUCT_SIZE_MAX (nothing written).
  *
  * Thread safety: any thread.
  */
@@ -565,10 +607,12 @@ int eventq_chan_opts_init(struct eventq_chan_opts *opts, size_t size);
  * which fields it has (the rest take their defaults).
  *
  * Returns 0; -EINVAL for a NULL out, an opts size below
- * EVENTQ_CHAN_OPTS_SIZE_MIN, a capacity of 0 or above EVENTQ_MAX_CAPACITY,
- * max_msg_size above max_bytes, or low_water not below capacity; -E2BIG
- * when opts sets fields this version does not know; -EMFILE/-ENFILE when
- * no fd is left for its receive eventfd; -ENOMEM.
+ * EVENTQ_CHAN_OPTS_SIZE_MIN or ending inside a field, a capacity of 0 or
+ * above EVENTQ_MAX_CAPACITY, max_msg_size above max_bytes, or low_water
+ * not below capacity; -E2BIG when opts sets fields this version does not
+ * know, or its size is above EVENTQ_STRUCT_SIZE_MAX (then nothing past
+ * the size field is read); -EMFILE/-ENFILE when no fd is left for its
+ * receive eventfd; -ENOMEM.
  *
  * Cost: one fd (the receive eventfd; the send eventfd is created by the
  * first eventq_chan_send_fd) and, while idle, a few KiB of resident
@@ -603,7 +647,8 @@ void eventq_chan_free(struct eventq_chan *chan);
  * *out`; as for `eventq_chan_get_stats`), with `dropped`, the messages
  * discarded, and returns 1; otherwise returns 0 and leaves `*out` alone.
  * -EINVAL (and nothing freed) when chan or out is NULL or size is below
- * EVENTQ_CHAN_STATS_SIZE_MIN.
+ * EVENTQ_CHAN_STATS_SIZE_MIN or ends inside a field; -E2BIG (nothing
+ * freed) for a size above EVENTQ_STRUCT_SIZE_MAX.
  *
  * Thread safety: as `eventq_chan_free`.
  */
@@ -771,7 +816,8 @@ int eventq_chan_close(const struct eventq_chan *chan);
  * struct gets zeros in the fields this library does not know.
  *
  * Returns 0; -EINVAL for a NULL chan or out, or a size below
- * EVENTQ_CHAN_STATS_SIZE_MIN.
+ * EVENTQ_CHAN_STATS_SIZE_MIN or ending inside a field; -E2BIG for a size
+ * above EVENTQ_STRUCT_SIZE_MAX (nothing written).
  *
  * Thread safety: any thread, concurrently with any other call.
  */
@@ -840,8 +886,9 @@ int eventq_loop_run(const struct eventq_loop *lp);
 
 /**
  * Runs one iteration: waits for events (EVENTQ_FOREVER without limit, 0 not
- * at all, else at most timeout_ns, rounded up to a millisecond) and
- * dispatches them. Returns the number of callbacks run (0 on timeout);
+ * at all, else timeout_ns rounded up to whole milliseconds, epoll's unit:
+ * any positive timeout, 1 ns included, waits at least 1 ms unless an event
+ * comes first) and dispatches them. Returns the number of callbacks run (0 on timeout);
  * -EBUSY if the loop is already being run; -EINVAL for NULL or a bad
  * timeout. A stop made during the call ends its dispatch early (see
  * `eventq_loop_stop`); a stop already pending does not.
@@ -1421,9 +1468,10 @@ int eventq_chan_export_fds(const struct eventq_chan *chan,
  * bytes long (pass `sizeof *fds`), as `eventq_chan_export_fds` wrote them
  * in another process, and writes a handle to it to `*out`. The four fds
  * are the library's from the call on, on every path once `fds` and `size`
- * are valid (-EINVAL for NULL or a size below EVENTQ_SHARED_FDS_SIZE_MIN,
- * which leave them alone): owned by the handle, or closed if the call
- * fails. They are checked as `eventq_chan_recv_from`
+ * are valid (-EINVAL for NULL, a size below EVENTQ_SHARED_FDS_SIZE_MIN or
+ * ending inside a field, and -E2BIG for a size above
+ * EVENTQ_STRUCT_SIZE_MAX, leave them alone): owned by the handle, or
+ * closed if the call fails. They are checked as `eventq_chan_recv_from`
  * checks what it receives (-EPROTO).
  *
  * Thread safety: any thread.

@@ -22,10 +22,13 @@ NATIVE_LIBS := $(BUILD)/native-libs/native-static-libs.txt
 $(CAPI_A): FORCE | need-cargo
 	@CARGO="$(CARGO)" scripts/native-static-libs.sh $(NATIVE_LIBS)
 $(NATIVE_LIBS): $(CAPI_A) ;
-# Under its C name, beside libeventq.so (cp -p: make copies only a new one).
-$(LIB_A): $(CAPI_A)
+# libeventq.a as installed and linked into libeventq.so: cargo's archive
+# made one object whose only global symbols are eventq.map's exports, so it
+# links beside other Rust static libraries (scripts/localize-archive.sh).
+$(LIB_A): $(CAPI_A) eventq.map scripts/localize-archive.sh | need-cc need-objcopy
 	@mkdir -p $(@D)
-	cp -p $< $@
+	@CC="$(CC)" OBJCOPY="$(OBJCOPY)" scripts/localize-archive.sh $(CAPI_A) eventq.map $@
+
 # The shared library is linked here from the static one, with eventq.map;
 # the crate builds no cdylib: rustc would hand the linker an export list of
 # its own (an anonymous version script) that wins over eventq.map, leaving

@@ -7,10 +7,15 @@
 #                       eventq(7), generated from the header's doc comments
 #                       and docs/design.md by scripts/gen-man.py (part of
 #                       the default build)
-#   make install        the shared library (stripped; its debug info in
-#                       DEBUGDIR, linked by .gnu_debuglink), its symlinks,
-#                       the static library, header, eventq.pc,
-#                       eventq-static.pc, the CMake package and man pages
+#   make install        the shared library (stripped of its debug info and
+#                       symbol table, both in DEBUGDIR, linked by
+#                       .gnu_debuglink), its symlinks, the static library
+#                       (eventq_* its only global symbols), header,
+#                       eventq.pc, eventq-static.pc (both relocatable), the
+#                       CMake package and man pages: what `make` built.
+#                       It builds nothing (no cargo, no python3: `make &&
+#                       sudo make install` works with root's PATH) and
+#                       says to run `make` when something is missing.
 #   make install-strip  install, then strip the debug info of libeventq.a
 #                       and the symbol table of the shared library (its
 #                       debug file in DEBUGDIR keeps the full symbols)
@@ -45,18 +50,25 @@ HINT_cmake   = install CMake to test the CMake package (apt-get install cmake)
 TOOL_man     = $(MAN)
 HINT_man     = install man-db and groff-base to check the man pages (apt-get install man-db groff-base)
 
+VERSION_MINOR := $(word 2,$(subst ., ,$(VERSION)))
 MAN_DIR    := $(BUILD)/man
 MAN_STAMP  := $(MAN_DIR)/.generated
 DIST_DIR   := $(BUILD)/dist
 DIST_SO    := $(DIST_DIR)/$(REALNAME)
 DIST_DEBUG := $(DIST_DIR)/$(REALNAME).debug
+# Every file install copies. `make` (all) builds each; install only checks
+# that they are there.
+INSTALL_INPUTS = $(DIST_SO) $(DIST_DEBUG) $(LIB_A) $(NATIVE_LIBS) $(HEADER) $(MAN_STAMP)
 # Every directory install writes into.
 INSTALL_DIRS = $(LIBDIR) $(INCLUDEDIR) $(PKGCONFIGDIR) $(DEBUGDIR) $(CMAKEDIR) \
                $(MANDIR)/man3 $(MANDIR)/man7
 # uninstall removes no directory at or above this one.
 UNINSTALL_TOP = $(if $(DESTDIR),$(DESTDIR),$(patsubst %/,%,$(dir $(PREFIX))))
 
-.PHONY: man install install-strip uninstall install-test-prefix abi-check abi-baseline
+.PHONY: man install install-strip uninstall install-test-prefix abi-check abi-baseline \
+        release-check print-version
+
+all: $(INSTALL_INPUTS)
 
 man: $(MAN_STAMP)
 $(MAN_STAMP): $(HEADER) docs/design.md scripts/gen-man.py Cargo.toml | need-python3
@@ -64,23 +76,34 @@ $(MAN_STAMP): $(HEADER) docs/design.md scripts/gen-man.py Cargo.toml | need-pyth
 	  --version $(VERSION) --out $(MAN_DIR)
 	@touch $@
 
-# The shared library as installed: its debug info copied into a file of its
-# own, then stripped from the library, which names that file (and its CRC)
-# in .gnu_debuglink; both keep the build ID.
+# The shared library as installed: its debug info and symbol table copied
+# into a file of its own, then stripped from the library (which keeps its
+# dynamic symbols), which names that file (and its CRC) in .gnu_debuglink;
+# both keep the build ID. gdb and perf read the symbols from the debug file.
 $(DIST_SO): $(LIB_SO) mk/install.mk | need-objcopy
 	@mkdir -p $(@D)
 	$(OBJCOPY) --only-keep-debug $(LIB_SO) $(DIST_DEBUG)
-	$(OBJCOPY) --strip-debug --add-gnu-debuglink=$(DIST_DEBUG) $(LIB_SO) $@
+	$(OBJCOPY) --strip-all --add-gnu-debuglink=$(DIST_DEBUG) $(LIB_SO) $@
 $(DIST_DEBUG): $(DIST_SO)
 	@:
 
+# The native libraries of a static link, but the unwinder: the compiler
+# driver adds the right one itself, libgcc_s for a dynamic link and
+# libgcc_eh for `cc -static`, where an explicit -lgcc_s fails (no
+# libgcc_s.a exists).
+STATIC_LIBS = $$(sed -e 's/\(^\|[[:space:]]\)-lgcc_s\([[:space:]]\|$$\)/\1\2/' \
+                 -e 's/[[:space:]][[:space:]]*/ /g' -e 's/^ //' -e 's/ $$//' $(NATIVE_LIBS))
+# prefix as seen from PKGCONFIGDIR, so the installed tree can move
+# (pkg-config's ${pcfiledir}); an absolute prefix if PKGCONFIGDIR is not
+# below it.
+PC_PREFIX = $(if $(filter $(PREFIX)/%,$(PKGCONFIGDIR)),\$${pcfiledir}/$$(realpath -m -s --relative-to=$(PKGCONFIGDIR) $(PREFIX)),$(PREFIX))
 # $(call install_pc,NAME): NAME.pc.in to PKGCONFIGDIR/NAME.pc, with the
 # install's paths and the static library's native libraries filled in.
-install_pc = sed -e 's|@prefix@|$(PREFIX)|g' \
+install_pc = sed -e "s|@prefix@|$(PC_PREFIX)|g" \
 	    -e 's|@libdir@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))|g' \
 	    -e 's|@includedir@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(INCLUDEDIR))|g' \
 	    -e 's|@version@|$(VERSION)|g' \
-	    -e "s|@libs_private@|$$(cat $(NATIVE_LIBS))|g" \
+	    -e "s|@libs_private@|$(STATIC_LIBS)|g" \
 	    $(1).pc.in > $(DESTDIR)$(PKGCONFIGDIR)/$(1).pc.tmp && \
 	  mv -f $(DESTDIR)$(PKGCONFIGDIR)/$(1).pc.tmp $(DESTDIR)$(PKGCONFIGDIR)/$(1).pc
 # $(call install_cmake,FILE): cmake/FILE.in to CMAKEDIR/FILE. The library and
@@ -88,16 +111,22 @@ install_pc = sed -e 's|@prefix@|$(PREFIX)|g' \
 # tree can move; the native libraries become a CMake list ("-lm" -> "m");
 # the pointer size is the ELF class of the library (1: 32-bit, 2: 64-bit).
 install_cmake = sed -e 's|@version@|$(VERSION)|g' -e 's|@major@|$(VERSION_MAJOR)|g' \
+	    -e 's|@minor@|$(VERSION_MINOR)|g' \
 	    -e 's|@realname@|$(REALNAME)|g' -e 's|@soname@|$(SONAME)|g' \
 	    -e "s|@rel_libdir@|$$(realpath -m -s --relative-to=$(CMAKEDIR) $(LIBDIR))|g" \
 	    -e "s|@rel_includedir@|$$(realpath -m -s --relative-to=$(CMAKEDIR) $(INCLUDEDIR))|g" \
-	    -e "s|@static_libs@|$$(sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$$//' \
-	         -e 's/[[:space:]][[:space:]]*/;/g' -e 's/\(^\|;\)-l/\1/g' $(NATIVE_LIBS))|g" \
-	    -e "s|@sizeof_void_p@|$$(( $$(od -An -tu1 -j4 -N1 $(LIB_SO)) * 4 ))|g" \
+	    -e "s|@static_libs@|$$(echo $(STATIC_LIBS) | sed -e 's/ /;/g' -e 's/\(^\|;\)-l/\1/g')|g" \
+	    -e "s|@sizeof_void_p@|$$(( $$(od -An -tu1 -j4 -N1 $(DIST_SO)) * 4 ))|g" \
 	    cmake/$(1).in > $(DESTDIR)$(CMAKEDIR)/$(1).tmp && \
 	  mv -f $(DESTDIR)$(CMAKEDIR)/$(1).tmp $(DESTDIR)$(CMAKEDIR)/$(1)
 
-install: $(LIB_SO) $(LIB_A) $(NATIVE_LIBS) $(DIST_SO) $(DIST_DEBUG) $(MAN_STAMP)
+# Copies what `make` built, and builds nothing: no prerequisite but a check
+# that each file is there.
+install:
+	@missing=""; for f in $(INSTALL_INPUTS); do [ -e "$$f" ] || missing="$$missing $$f"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "error: nothing to install:$$missing not built; run \`make\` first, then \`make install\` (which builds nothing, so \`sudo make install\` needs no cargo)" >&2; \
+	  exit 1; fi
 	$(INSTALL) -d $(addprefix $(DESTDIR),$(INSTALL_DIRS))
 	$(INSTALL) -m 755 $(DIST_SO) $(DESTDIR)$(LIBDIR)/$(REALNAME)
 	$(INSTALL) -m 644 $(DIST_DEBUG) $(DESTDIR)$(DEBUGDIR)/$(REALNAME).debug
@@ -118,8 +147,10 @@ install-strip: install
 	$(STRIP) --strip-debug $(DESTDIR)$(LIBDIR)/libeventq.a
 	$(STRIP) --strip-unneeded $(DESTDIR)$(LIBDIR)/$(REALNAME)
 
-# The man pages to remove are those build/man holds for the current header.
-uninstall: $(MAN_STAMP)
+# The man pages to remove are those build/man holds for the current header
+# (built by `make`; uninstall builds nothing either).
+uninstall:
+	@[ -e $(MAN_STAMP) ] || { echo "error: $(MAN_STAMP) is missing: run \`make\` first (uninstall removes the man pages it lists)" >&2; exit 1; }
 	rm -f $(addprefix $(DESTDIR)$(LIBDIR)/,$(REALNAME) $(SONAME) libeventq.so libeventq.a) \
 	  $(DESTDIR)$(DEBUGDIR)/$(REALNAME).debug $(DESTDIR)$(INCLUDEDIR)/eventq.h \
 	  $(DESTDIR)$(PKGCONFIGDIR)/eventq.pc $(DESTDIR)$(PKGCONFIGDIR)/eventq-static.pc \
@@ -131,16 +162,20 @@ uninstall: $(MAN_STAMP)
 # The install the test stages build against; relinks only what changed.
 # Into an empty prefix, so no file of an earlier install (a man page of a
 # function since removed) can pass for one of this install.
-$(TEST_STAMP): $(LIB_SO) $(LIB_A) $(NATIVE_LIBS) $(HEADER) $(DIST_SO) $(MAN_STAMP) \
+$(TEST_STAMP): $(INSTALL_INPUTS) \
                eventq.pc.in eventq-static.pc.in $(wildcard cmake/*.cmake.in) Makefile mk/install.mk
 	rm -rf $(TEST_PREFIX)
 	$(MAKE) --no-print-directory install PREFIX=$(TEST_PREFIX) DESTDIR=
 	@touch $@
 install-test-prefix: $(TEST_STAMP)
 
-# Stage: install into build/prefix through the install target.
+# Stage: install into build/prefix through the install target; then, with
+# a PATH whose cargo fails if run, install again into a scratch DESTDIR:
+# install copies what `make` built and builds nothing, and with nothing
+# built it fails saying to run `make` first.
 stage-install: install-test-prefix
 	@echo "installed in $(TEST_PREFIX)"
+	MAKE="$(MAKE)" scripts/check-install-nobuild.sh $(VERSION) $(BUILD)/check-install-nobuild
 
 # Stage: exports, soname, symlinks, pkg-config and version of the install.
 stage-installed-lib: $(TEST_STAMP) | need-cc need-pkg-config
@@ -158,10 +193,22 @@ stage-abi abi-check: $(LIB_SO)
 abi-baseline: $(LIB_SO)
 	$(call ABI_CHECK,update)
 
-# Stage: LICENSE-MIT and LICENSE-APACHE: the texts, the copyright line, the
-# licence of Cargo.toml, and the Go module's copies.
-stage-licenses:
+# Stage: the release's metadata: LICENSE-MIT and LICENSE-APACHE (the
+# texts, the copyright line, the licence of Cargo.toml, the Go module's
+# copies), and every version string agreeing (scripts/release.sh without
+# --tag: it only checks).
+stage-licenses: release-check
 	scripts/check-licenses.sh $(GO_DIR)
+
+# Every version string of the release agrees (Cargo.toml of each crate, the
+# header, the .pc and CMake files, Go's header check, Python's, the
+# CHANGELOG); scripts/release.sh --tag also makes the release's tags.
+release-check:
+	MAKE="$(MAKE)" scripts/release.sh
+
+# The version make stamps into the .pc files and the CMake package.
+print-version:
+	@echo $(VERSION)
 
 # Stage: the installed man pages: one per function of the header, found by
 # man, rendered without a warning, with the sections the comments call for.
@@ -175,10 +222,12 @@ stage-cmake: $(TEST_STAMP) | need-cmake need-cc
 	CC="$(CC)" CMAKE="$(CMAKE)" MAKE="$(MAKE)" \
 	  scripts/check-cmake.sh $(TEST_PREFIX) $(VERSION) $(BUILD)/check-cmake
 
-# Stage: the README's link lines, shared and static, build its C example
-# against the test install; the static one needs no libeventq.so.
-stage-static-link: $(TEST_STAMP) $(BUILD)/readme.c | need-cc need-pkg-config
-	CC="$(CC)" PKG_CONFIG="$(PKG_CONFIG)" scripts/check-static-link.sh \
+# Stage: the README's link lines, shared, static and fully static (-static),
+# build its C example against the test install; the static ones need no
+# libeventq.so. The installed libeventq.a has only eventq_* global, and
+# links beside another Rust static library (built with cargo).
+stage-static-link: $(TEST_STAMP) $(BUILD)/readme.c | need-cc need-pkg-config need-cargo
+	CC="$(CC)" PKG_CONFIG="$(PKG_CONFIG)" CARGO="$(CARGO)" ORIGINAL_A=$(CAPI_A) scripts/check-static-link.sh \
 	  $(TEST_PREFIX) $(VERSION) README.md $(BUILD)/readme.c $(BUILD)/check-static-link
 
 # Stage: the installed shared library has no debug info, and its

@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT OR Apache-2.0
 # Checks the CMake package of an install as a CMake user meets it:
-#  - tests/cmake (find_package(eventq 0.1 REQUIRED)) configured with
-#    CMAKE_PREFIX_PATH=PREFIX finds this install, builds one program against
+#  - tests/cmake (find_package(eventq MAJOR.MINOR REQUIRED)) configured
+#    with CMAKE_PREFIX_PATH=PREFIX finds this install, builds one program against
 #    eventq::eventq and one against eventq::eventq-static; both send and
 #    receive a message; the first needs libeventq.so.MAJOR (readelf -d), the
 #    second has no NEEDED libeventq at all and runs without the library;
 #  - the same against a copy of the install moved elsewhere: every path the
 #    package gives is inside the copy (the package is relocatable), and the
 #    shared program loads the copy's library;
-#  - version requests (tests/cmake/probe): SameMajorVersion, as the soname
-#    promises. For version M.m.p: M, M.m, M.0, M.m.p EXACT and M.m...<M+1
-#    are accepted; M.m+1, M+1, M+1.0, M.m+1...<M+1, M.m...M+1.0 and
-#    M.m.p+1 EXACT refused (for the version, not another error); so is a
-#    project whose pointer size differs from the library's;
+#  - version requests (tests/cmake/probe): while M is 0, SameMinorVersion
+#    (0.x minors are releases of their own), from 1.0 SameMajorVersion, as
+#    the soname promises. For 0.m.p: 0.m, 0.m.0, 0.m.p, 0.m.p EXACT,
+#    0.m...<0.m+1 and 0.m...<1 are accepted; 0.m-1 (the previous minor,
+#    whose programs 0.m does not serve), 0, 0.0, 0.m+1, 1, 1.0, 0.m-1...<1,
+#    0.m.p+1 and 0.m.p+1 EXACT refused (for the version, not another
+#    error); so is a project whose pointer size differs from the library's;
 #  - an install staged in a DESTDIR with other directories (LIBDIR
 #    lib/x86_64-linux-gnu, INCLUDEDIR include/eventq, CMAKEDIR under share)
 #    gives paths that exist inside that staging tree.
@@ -27,6 +29,9 @@ cmake=${CMAKE:-cmake}
 cc=${CC:-cc}
 make_cmd=${MAKE:-make}
 major=${version%%.*}
+IFS=. read -r _ minor patch <<<"$version"
+# What a user of this release asks for.
+request=$major.$minor
 src=$(realpath tests/cmake)
 need "$cmake" "apt-get install cmake"
 need "$cc" "install a C compiler (apt-get install gcc)"
@@ -40,6 +45,7 @@ found() { sed -n "s|^$2=||p" "$1"; }
 build() {
     local dir=$work/$1
     if ! "$cmake" -S "$src" -B "$dir" -DCMAKE_PREFIX_PATH="$2" -DCMAKE_C_COMPILER="$cc" \
+            -DEVENTQ_REQUEST="$request" \
             -DCMAKE_C_FLAGS="-Wall -Wextra -Werror" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF \
             >"$dir.log" 2>&1 ||
        ! "$cmake" --build "$dir" >>"$dir.log" 2>&1; then
@@ -105,25 +111,34 @@ refused_for_version() {
     grep -qE '(compatible with|exactly matches) requested version' <<<"$text" &&
         grep -qF "$prefix/lib/cmake/eventq/eventqConfig.cmake, version: $version" <<<"$text"
 }
-echo "version requests against $version (SameMajorVersion):"
-IFS=. read -r _ minor patch <<<"$version"
-next=$((major + 1))
 n=0
-for request in "$major.$minor" "$major" "$major.0" "$version;EXACT" "$major.$minor...<$next" "$version"; do
+if [ "$major" = 0 ]; then
+    echo "version requests against $version (SameMinorVersion while the major version is 0):"
+    accepted=("$major.$minor" "$major.$minor.0" "$version" "$version;EXACT" "$major.$minor...<$major.$((minor + 1))"
+              "$major.$minor...<1")
+    refused=("$major.$((minor - 1))" "0" "0.0" "$major.$((minor + 1))" "1" "1.0" "$major.$((minor - 1))...<1"
+             "$major.$minor.$((patch + 1))" "$major.$minor.$((patch + 1));EXACT")
+else
+    echo "version requests against $version (SameMajorVersion):"
+    next=$((major + 1))
+    accepted=("$major.$minor" "$major" "$major.0" "$version;EXACT" "$major.$minor...<$next" "$version")
+    refused=("$major.$((minor + 1))" "$next" "$next.0" "$major.$((minor + 1))...<$next"
+             "$major.$minor.$((patch + 1));EXACT")
+fi
+for request_args in "${accepted[@]}"; do
     n=$((n + 1))
-    if probe "ok$n" "$request" "$prefix"; then ok "find_package(eventq ${request//;/ }) finds it"
-    else fail "find_package(eventq ${request//;/ }) refused:"; tail -5 "$work/probe-ok$n.log" >&2; fi
+    if probe "ok$n" "$request_args" "$prefix"; then ok "find_package(eventq ${request_args//;/ }) finds it"
+    else fail "find_package(eventq ${request_args//;/ }) refused:"; tail -5 "$work/probe-ok$n.log" >&2; fi
 done
 n=0
-for request in "$major.$((minor + 1))" "$next" "$next.0" "$major.$((minor + 1))...<$next" \
-               "$major.$minor...$next.0" "$major.$minor.$((patch + 1));EXACT"; do
+for request_args in "${refused[@]}"; do
     n=$((n + 1))
-    if probe "no$n" "$request" "$prefix"; then fail "find_package(eventq ${request//;/ }) accepted $version"
-    elif refused_for_version "$work/probe-no$n.log"; then ok "find_package(eventq ${request//;/ }) refuses it"
-    else fail "find_package(eventq ${request//;/ }) failed, but not for the version:"; tail -5 "$work/probe-no$n.log" >&2; fi
+    if probe "no$n" "$request_args" "$prefix"; then fail "find_package(eventq ${request_args//;/ }) accepted $version"
+    elif refused_for_version "$work/probe-no$n.log"; then ok "find_package(eventq ${request_args//;/ }) refuses it"
+    else fail "find_package(eventq ${request_args//;/ }) failed, but not for the version:"; tail -5 "$work/probe-no$n.log" >&2; fi
 done
 other=$(( $(od -An -tu1 -j4 -N1 "$prefix/lib/libeventq.so.$version") == 2 ? 4 : 8 ))
-if probe ptr "0.1" "$prefix" -DCMAKE_SIZEOF_VOID_P="$other"; then
+if probe ptr "$request" "$prefix" -DCMAKE_SIZEOF_VOID_P="$other"; then
     fail "a project with $other-byte pointers accepted the library"
 elif refused_for_version "$work/probe-ptr.log" && grep -q -- "-bit)" "$work/probe-ptr.log"; then
     ok "a project with $other-byte pointers refuses it"
@@ -135,7 +150,7 @@ sp=/opt/eventq
 if "$make_cmd" --no-print-directory install DESTDIR="$stage" PREFIX=$sp \
         LIBDIR=$sp/lib/x86_64-linux-gnu INCLUDEDIR=$sp/include/eventq \
         CMAKEDIR=$sp/share/cmake/eventq >"$work/stage.log" 2>&1; then
-    if probe stage "0.1" "$stage$sp"; then
+    if probe stage "$request" "$stage$sp"; then
         f=$work/probe-stage/found.txt
         bad=""
         [ "$(found "$f" dir)" = "$stage$sp/share/cmake/eventq" ] || bad+=" dir=$(found "$f" dir)"
@@ -150,7 +165,7 @@ if "$make_cmd" --no-print-directory install DESTDIR="$stage" PREFIX=$sp \
         if [ -n "$libs" ] && [ "$libs" = "$want" ]; then ok "eventq::eventq-static links $libs (Libs.private of eventq.pc)"
         else fail "eventq::eventq-static INTERFACE_LINK_LIBRARIES '$libs', want '$want' (Libs.private of eventq.pc)"; fi
     else
-        fail "find_package(eventq 0.1) failed on the staged install:"; tail -5 "$work/probe-stage.log" >&2
+        fail "find_package(eventq $request) failed on the staged install:"; tail -5 "$work/probe-stage.log" >&2
     fi
 else
     cat "$work/stage.log" >&2

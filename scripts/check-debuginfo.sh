@@ -2,9 +2,11 @@
 # SPDX-License-Identifier: MIT OR Apache-2.0
 # Checks the installed shared library's split debug info, as a debugger
 # finds it:
-#  - the library has no .debug_* section left, and a .gnu_debuglink naming
-#    DEBUG_FILE's basename;
-#  - DEBUG_FILE exists, holds .debug_info and .debug_line, and its CRC-32 is
+#  - the library has no .debug_* section left and no symbol table (.symtab:
+#    its dynamic symbols are all a program needs), and a .gnu_debuglink
+#    naming DEBUG_FILE's basename;
+#  - DEBUG_FILE exists, holds .debug_info, .debug_line and the symbol table
+#    (for gdb, perf and backtraces), and its CRC-32 is
 #    the one the debuglink records (what gdb checks before using it);
 #  - both carry the same GNU build ID (the other way gdb matches them);
 #  - readelf, following the link by itself (-wK), finds DEBUG_FILE;
@@ -24,6 +26,9 @@ echo "$so:"
 sections=$(readelf -S -W "$so" | awk '$1 == "[" { print $3; next } $1 ~ /^\[/ { print $2 }' || true)
 left=$(grep '^\.debug_' <<<"$sections" || true)
 if [ -z "$left" ]; then ok "no .debug_* section"; else fail "debug sections left:" $left; fi
+if grep -qx -- '.symtab' <<<"$sections"; then
+    fail "a .symtab is left ($(readelf -s -W "$so" | grep -c ': ') symbols; the debug file has them)"
+else ok "no .symtab ($(readelf --dyn-syms -W "$so" | grep -c ' eventq_') eventq_* dynamic symbols)"; fi
 links=$(readelf --debug-dump=links "$so" 2>/dev/null || true)
 name=$(sed -n 's/^ *Separate debug info file: *//p' <<<"$links" | head -1)
 crc=$(sed -n 's/^ *CRC value: *//p' <<<"$links" | head -1)
@@ -33,7 +38,7 @@ else fail ".gnu_debuglink names '${name:-nothing}', want $(basename "$dbg")"; fi
 echo "$dbg:"
 if [ -f "$dbg" ]; then
     dsections=$(readelf -S -W "$dbg" | awk '$1 == "[" { print $3; next } $1 ~ /^\[/ { print $2 }' || true)
-    for sec in .debug_info .debug_line; do
+    for sec in .debug_info .debug_line .symtab; do
         if grep -qx -- "$sec" <<<"$dsections"; then ok "has $sec"; else fail "has no $sec"; fi
     done
     actual=$(python3 -c 'import sys, zlib; print("%#010x" % zlib.crc32(open(sys.argv[1], "rb").read()))' "$dbg" || true)

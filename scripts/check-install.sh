@@ -7,8 +7,12 @@
 #  - the SONAME is libeventq.so.X;
 #  - the dynamic symbol table exports at least one symbol and only eventq_*
 #    ones, and every function the header declares is exported;
-#  - pkg-config finds eventq.pc and gives exactly -I/-L/-l for this prefix,
-#    the version from Cargo.toml, and Libs.private for --static;
+#  - pkg-config finds eventq.pc and gives exactly -I/-L/-l for this prefix
+#    (paths resolved: the .pc files say prefix=${pcfiledir}/../..), the
+#    version from Cargo.toml, and Libs.private for --static;
+#  - the install is relocatable: a copy of it moved elsewhere, found
+#    through its own lib/pkgconfig, gives flags inside the copy only, and a
+#    program built with them loads the copy's library and runs;
 #  - a C program built with pkg-config against the install sees
 #    eventq_version() == EVENTQ_VERSION of the header, the header macros equal
 #    the Cargo.toml version, and eventq_version_string() agrees.
@@ -68,11 +72,29 @@ if [ -n "$undeclared" ]; then
     note "exported but not declared in eventq.h:" $undeclared
 fi
 
+# resolved FLAGS...: the flags with each -I/-L path resolved (.., symlinks).
+resolved() {
+    local f out=()
+    for f in "$@"; do
+        case $f in
+            -I*|-L*) out+=("${f:0:2}$(realpath -m "${f:2}")") ;;
+            *) out+=("$f") ;;
+        esac
+    done
+    echo "${out[*]}"
+}
+
 echo "pkg-config:"
 export PKG_CONFIG_PATH=$lib/pkgconfig
+for pc in eventq eventq-static; do
+    line=$(grep '^prefix=' "$lib/pkgconfig/$pc.pc" || true)
+    if [ "$line" = 'prefix=${pcfiledir}/../..' ]; then ok "$pc.pc: $line (relocatable)"
+    else fail "$pc.pc: '$line', want 'prefix=\${pcfiledir}/../..'"; fi
+done
 if flags=$("$pkg_config" --cflags --libs eventq); then
-    flags=$(echo $flags)  # normalise spacing
-    want="-I$prefix/include -L$lib -leventq"
+    # shellcheck disable=SC2086
+    flags=$(resolved $flags)
+    want="-I$(realpath -m "$prefix/include") -L$(realpath -m "$lib") -leventq"
     if [ "$flags" = "$want" ]; then ok "--cflags --libs: $flags"
     else fail "--cflags --libs gives '$flags', want '$want'"; fi
 else
@@ -137,5 +159,36 @@ if "$cc" -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -DEXPECT_VERSION="\"$versi
 else
     fail "a C program could not be built against the install with pkg-config"
 fi
+
+echo "a moved copy of the install:"
+moved=$(realpath -m "$work/moved")
+rm -rf "$moved" "$work/copy"
+cp -a "$prefix" "$work/copy"
+mkdir -p "$moved/somewhere"
+mv "$work/copy" "$moved/somewhere/else"
+mlib=$moved/somewhere/else/lib
+if mflags=$(PKG_CONFIG_PATH=$mlib/pkgconfig "$pkg_config" --cflags --libs eventq); then
+    # shellcheck disable=SC2086
+    mres=$(resolved $mflags)
+    if [[ "$mflags $mres" == *"$prefix/"* ]]; then fail "the moved copy's flags name the original install: $mflags"
+    elif [ "$mres" = "-I$moved/somewhere/else/include -L$mlib -leventq" ]; then ok "flags inside the copy: $mflags"
+    else fail "the moved copy gives '$mres', want -I/-L inside $moved/somewhere/else"; fi
+    mlibdir=$(PKG_CONFIG_PATH=$mlib/pkgconfig "$pkg_config" --variable=libdir eventq)
+    # shellcheck disable=SC2086
+    if "$cc" -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -DEXPECT_VERSION="\"$version\"" \
+            "$work/version.c" -o "$work/version-moved" $mflags -Wl,-rpath,"$mlibdir"; then
+        if out=$("$work/version-moved" 2>&1); then ok "built with the copy's flags, runs: $out"
+        else fail "the program built against the copy failed: $out"; fi
+        loaded=$(LD_TRACE_LOADED_OBJECTS=1 "$work/version-moved" | awk '/libeventq/ { print $3 }')
+        if [ "$(realpath -m "$loaded")" = "$(realpath -m "$mlib/libeventq.so.$major")" ]; then
+            ok "it loads the copy's $(realpath -m "$loaded" | sed "s|^$moved/||")"
+        else fail "it loads '${loaded:-nothing}', want $mlib/libeventq.so.$major"; fi
+    else
+        fail "a C program could not be built with the moved copy's pkg-config flags"
+    fi
+else
+    fail "pkg-config --cflags --libs eventq failed on the moved copy"
+fi
+rm -rf "$moved"
 
 finish "installed-library" "installed library"

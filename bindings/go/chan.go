@@ -259,8 +259,8 @@ func NewChan(opts ...Option) (*Chan, error) {
 		return nil, err
 	}
 	var p *C.eventq_chan
-	if rc := C.eventq_chan_new(&copts, &p); rc < 0 {
-		return nil, chanErr(rc)
+	if rc, text := cCall(func() C.int { return C.eventq_chan_new(&copts, &p) }); rc < 0 {
+		return nil, withText(chanErr(rc), text)
 	}
 	return wrapChan(p), nil
 }

@@ -9,6 +9,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"syscall"
 )
 
@@ -153,6 +154,49 @@ func errOf(rc C.int) error {
 	default:
 		return errno
 	}
+}
+
+// textError is an error of the binding with the C library's text for it
+// (eventq_last_error: the argument or condition behind the code) added to
+// its message. It unwraps to the error it extends, so errors.Is and
+// errors.As see that error, its sentinel and its syscall.Errno as before.
+type textError struct {
+	err  error
+	text string
+}
+
+func (e *textError) Error() string { return e.err.Error() + ": " + e.text }
+func (e *textError) Unwrap() error { return e.err }
+
+// withText adds text, the C library's for the code err came from, to
+// err's message; err as it is when either is empty.
+func withText(err error, text string) error {
+	if err == nil || text == "" {
+		return err
+	}
+	return &textError{err, text}
+}
+
+// cCall runs f, one call into libeventq that returns a code, with the
+// goroutine locked to its OS thread, and returns the code and, for a
+// failure, eventq_last_error's text for it ("" without one). The text is
+// per thread, and without the lock the goroutine could move to another
+// thread (and another goroutine's call take its place) between the two
+// calls. Used for the calls whose failures have something to say (options,
+// adds, handovers, memory cgroups), not on the send and receive paths,
+// whose codes (EAGAIN, ETIMEDOUT, EPIPE) come without a text.
+func cCall(f func() C.int) (C.int, string) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	rc := f()
+	if rc >= 0 {
+		return rc, ""
+	}
+	p := C.eventq_last_error()
+	if p == nil {
+		return rc, ""
+	}
+	return rc, C.GoString(p)
 }
 
 // chanErr is errOf for the channel calls, where EPERM means the wrong

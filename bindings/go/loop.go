@@ -256,8 +256,8 @@ type loopCore struct {
 // NewLoop creates a loop.
 func NewLoop() (*Loop, error) {
 	var p *C.eventq_loop
-	if rc := C.eventq_loop_new(&p); rc < 0 {
-		return nil, errOf(rc)
+	if rc, text := cCall(func() C.int { return C.eventq_loop_new(&p) }); rc < 0 {
+		return nil, withText(errOf(rc), text)
 	}
 	c := &loopCore{
 		loopRes:   &loopRes{ptr: p},
@@ -794,12 +794,12 @@ func (l *Loop) add(s *Source, call func(c *loopCore, h C.uintptr_t, out **C.even
 	}
 	h := newHandle(&srcLink{sink: c.sink, id: s.id, onDestroy: s.onDestroy})
 	var out *C.eventq_source
-	if rc := call(c, C.uintptr_t(h), &out); rc < 0 {
+	if rc, text := cCall(func() C.int { return call(c, C.uintptr_t(h), &out) }); rc < 0 {
 		c.unregister(s)
 		if s.ch != nil {
 			C.eventq_chan_free(s.ch)
 		}
-		return nil, errOf(rc)
+		return nil, withText(errOf(rc), text)
 	}
 	runtime.KeepAlive(l)
 	// A callback may have run (and published the same pointer) already.
@@ -1037,8 +1037,8 @@ func (s *Source) SetEnabled(enabled bool) error {
 	if enabled {
 		on = 1
 	}
-	if rc := C.eventq_source_set_enabled(p, on); rc < 0 {
-		return errOf(rc)
+	if rc, text := cCall(func() C.int { return C.eventq_source_set_enabled(p, on) }); rc < 0 {
+		return withText(errOf(rc), text)
 	}
 	s.off.Store(!enabled)
 	if enabled && s.heldN.Load() > 0 {
@@ -1054,7 +1054,8 @@ func (s *Source) SetEvents(events Events) error {
 		return ErrRemoved
 	}
 	defer s.done()
-	return errOf(C.eventq_source_set_events(p, C.uint32_t(events)))
+	rc, text := cCall(func() C.int { return C.eventq_source_set_events(p, C.uint32_t(events)) })
+	return withText(errOf(rc), text)
 }
 
 // SetTimer re-arms (and enables) a timer source: first from now, then
@@ -1068,7 +1069,10 @@ func (s *Source) SetTimer(first, interval time.Duration) error {
 		return ErrRemoved
 	}
 	defer s.done()
-	return errOf(C.eventq_source_set_timer(p, C.uint64_t(first), C.uint64_t(interval)))
+	rc, text := cCall(func() C.int {
+		return C.eventq_source_set_timer(p, C.uint64_t(first), C.uint64_t(interval))
+	})
+	return withText(errOf(rc), text)
 }
 
 // SetBudget sets how many messages a channel source delivers per loop
@@ -1088,7 +1092,8 @@ func (s *Source) SetBudget(n int) error {
 		s.budget.Store(int64(n))
 		return nil
 	}
-	return errOf(C.eventq_source_set_budget(p, C.size_t(n)))
+	rc, text := cCall(func() C.int { return C.eventq_source_set_budget(p, C.size_t(n)) })
+	return withText(errOf(rc), text)
 }
 
 // pull takes the next message of a ChanFunc source's channel into Go

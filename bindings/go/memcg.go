@@ -57,11 +57,11 @@ type Cgroup struct {
 //     a multiple of 2 s without CAP_SYS_RESOURCE);
 //   - EOPNOTSUPP: the kernel has no PSI, or it is disabled;
 //   - EINVAL: a bad argument.
-func memcgErr(op string, rc C.int) error {
+func memcgErr(op string, rc C.int, text string) error {
 	if rc >= 0 {
 		return nil
 	}
-	return &errnoError{"eventq: " + op + ": " + Strerror(int(rc)), syscall.Errno(-rc)}
+	return withText(&errnoError{"eventq: " + op + ": " + Strerror(int(rc)), syscall.Errno(-rc)}, text)
 }
 
 func newCgroup(p *C.eventq_memcg) *Cgroup {
@@ -75,8 +75,8 @@ func newCgroup(p *C.eventq_memcg) *Cgroup {
 // /proc/self/cgroup and the mounts.
 func OwnCgroup() (*Cgroup, error) {
 	var p *C.eventq_memcg
-	if rc := C.eventq_memcg_own(&p); rc < 0 {
-		return nil, memcgErr("own memory cgroup", rc)
+	if rc, text := cCall(func() C.int { return C.eventq_memcg_own(&p) }); rc < 0 {
+		return nil, memcgErr("own memory cgroup", rc, text)
 	}
 	return newCgroup(p), nil
 }
@@ -87,8 +87,8 @@ func OpenCgroup(dir string) (*Cgroup, error) {
 	cdir := C.CString(dir)
 	defer C.free(unsafe.Pointer(cdir))
 	var p *C.eventq_memcg
-	if rc := C.eventq_memcg_open(cdir, &p); rc < 0 {
-		return nil, memcgErr("cgroup "+dir, rc)
+	if rc, text := cCall(func() C.int { return C.eventq_memcg_open(cdir, &p) }); rc < 0 {
+		return nil, memcgErr("cgroup "+dir, rc, text)
 	}
 	return newCgroup(p), nil
 }
@@ -342,10 +342,10 @@ func newWatch(op string, cg *Cgroup, nilOK bool,
 		cptr = cg.ptr
 	}
 	var p *C.eventq_memcg_watch
-	rc := call(cptr, &p)
+	rc, text := cCall(func() C.int { return call(cptr, &p) })
 	runtime.KeepAlive(cg)
 	if rc < 0 {
-		return nil, memcgErr(op, rc)
+		return nil, memcgErr(op, rc, text)
 	}
 	w := &MemcgWatch{ptr: p}
 	runtime.SetFinalizer(w, (*MemcgWatch).Close)

@@ -80,8 +80,8 @@ func NewSharedChan(side Side, opts ...Option) (*Chan, error) {
 		return nil, err
 	}
 	var p *C.eventq_chan
-	if rc := C.eventq_chan_new_shared(&copts, C.int(side), &p); rc < 0 {
-		return nil, chanErr(rc)
+	if rc, text := cCall(func() C.int { return C.eventq_chan_new_shared(&copts, C.int(side), &p) }); rc < 0 {
+		return nil, withText(chanErr(rc), text)
 	}
 	return wrapChan(p), nil
 }
@@ -190,8 +190,10 @@ func (c *Chan) ExportFiles() (*SharedFiles, error) {
 	}
 	defer c.done(refOther)
 	var fds C.eventq_shared_fds
-	if rc := C.eventq_chan_export_fds(c.ptr, &fds, C.sizeof_struct_eventq_shared_fds); rc < 0 {
-		return nil, chanErr(rc)
+	if rc, text := cCall(func() C.int {
+		return C.eventq_chan_export_fds(c.ptr, &fds, C.sizeof_struct_eventq_shared_fds)
+	}); rc < 0 {
+		return nil, withText(chanErr(rc), text)
 	}
 	// The eventfds are O_NONBLOCK: os.NewFile puts them in the netpoller
 	// and Fd (which exec.Cmd calls) leaves them so; it would make them
@@ -337,8 +339,10 @@ func parseSpec(spec string) (C.eventq_shared_fds, bool) {
 // every path.
 func importFds(fds *C.eventq_shared_fds) (*Chan, error) {
 	var p *C.eventq_chan
-	if rc := C.eventq_chan_import_fds(fds, C.sizeof_struct_eventq_shared_fds, &p); rc < 0 {
-		return nil, chanErr(rc)
+	if rc, text := cCall(func() C.int {
+		return C.eventq_chan_import_fds(fds, C.sizeof_struct_eventq_shared_fds, &p)
+	}); rc < 0 {
+		return nil, withText(chanErr(rc), text)
 	}
 	return wrapChan(p), nil
 }

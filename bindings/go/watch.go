@@ -78,7 +78,7 @@ type memcgPump struct {
 func newMemcgPump(p *C.eventq_memcg_watch) (*memcgPump, error) {
 	wfd := int(C.eventq_memcg_watch_fd(p))
 	if wfd < 0 {
-		return nil, memcgErr("memcg watch fd", C.int(wfd))
+		return nil, memcgErr("memcg watch fd", C.int(wfd), "")
 	}
 	ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
 	if err != nil {
@@ -115,7 +115,8 @@ func newMemcgPump(p *C.eventq_memcg_watch) (*memcgPump, error) {
 // ends the pump.
 func (p *memcgPump) read(revents C.uint32_t) (*MemcgEvent, error) {
 	var ev *C.eventq_memcg_event
-	switch rc := C.eventq_memcg_watch_read(p.ptr, revents, &ev); {
+	rc, text := cCall(func() C.int { return C.eventq_memcg_watch_read(p.ptr, revents, &ev) })
+	switch {
 	case rc == 0:
 		return memcgEventOf(ev), nil
 	case rc == -C.int(syscall.EAGAIN):
@@ -123,7 +124,7 @@ func (p *memcgPump) read(revents C.uint32_t) (*MemcgEvent, error) {
 	case rc == -C.int(syscall.ENOENT):
 		return nil, ErrWatchEnded // the removal was read already
 	default:
-		return nil, memcgErr("reading the memcg watch", rc)
+		return nil, memcgErr("reading the memcg watch", rc, text)
 	}
 }
 

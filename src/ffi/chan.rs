@@ -8,9 +8,9 @@ use std::ptr;
 use std::slice;
 
 use super::{
-    borrow, boundary, code_of, einval, ensure, free_box, int_count, new_handle, out_new_handle,
-    read_sized, take_box, to_code, try_c, wait_of, write_out, write_sized, Handle, OwnershipBox,
-    UserData, PANIC,
+    borrow, boundary, code_of, einval, ensure, fail, free_box, int_count, new_handle,
+    out_new_handle, read_sized, take_box, to_code, try_c, wait_of, write_out, write_sized, Handle,
+    OwnershipBox, SizedStruct, UserData, PANIC,
 };
 use crate::chan::{Chan, Options, Stats};
 
@@ -20,6 +20,7 @@ pub struct eventq_chan(pub(crate) Chan);
 
 impl Handle for eventq_chan {
     type Ownership = OwnershipBox;
+    const ARG: &'static str = "chan";
 }
 
 /// A received message owned by the caller; free it with `eventq_msg_free`.
@@ -27,6 +28,7 @@ pub struct eventq_msg(Vec<u8>);
 
 impl Handle for eventq_msg {
     type Ownership = OwnershipBox;
+    const ARG: &'static str = "msg";
 }
 
 /// `low_water` value meaning "half the capacity". The header defines it as
@@ -83,7 +85,22 @@ pub const EVENTQ_CHAN_OPTS_SIZE_MIN: usize = 16;
 const _: () = assert!(EVENTQ_CHAN_OPTS_SIZE_MIN == offset_of!(eventq_chan_opts, max_bytes));
 // Seven 8-byte fields and no padding, so write_sized copies no
 // uninitialised byte.
-const _: () = assert!(size_of::<eventq_chan_opts>() == 7 * 8);
+const _: () = assert!(size_of::<eventq_chan_opts>() == 7 * size_of::<usize>());
+
+impl SizedStruct for eventq_chan_opts {
+    const NAME: &'static str = "struct eventq_chan_opts";
+    const MIN: usize = EVENTQ_CHAN_OPTS_SIZE_MIN;
+    const MIN_NAME: &'static str = "EVENTQ_CHAN_OPTS_SIZE_MIN";
+    const FIELD_ENDS: &'static [usize] = &[
+        offset_of!(eventq_chan_opts, capacity),
+        offset_of!(eventq_chan_opts, max_bytes),
+        offset_of!(eventq_chan_opts, max_msg_size),
+        offset_of!(eventq_chan_opts, low_water),
+        offset_of!(eventq_chan_opts, drop_fn),
+        offset_of!(eventq_chan_opts, drop_userdata),
+        size_of::<eventq_chan_opts>(),
+    ];
+}
 
 /// The smallest `size` of `eventq_chan_stats` accepted: `sent`.
 pub const EVENTQ_CHAN_STATS_SIZE_MIN: usize = 8;
@@ -120,6 +137,14 @@ pub struct eventq_chan_stats {
     pub closed: u64,
 }
 const _: () = assert!(size_of::<eventq_chan_stats>() == 9 * 8);
+
+impl SizedStruct for eventq_chan_stats {
+    const NAME: &'static str = "struct eventq_chan_stats";
+    const MIN: usize = EVENTQ_CHAN_STATS_SIZE_MIN;
+    const MIN_NAME: &'static str = "EVENTQ_CHAN_STATS_SIZE_MIN";
+    // Every field a u64.
+    const FIELD_ENDS: &'static [usize] = &[8, 16, 24, 32, 40, 48, 56, 64, 72];
+}
 
 /// A message to send in a batch.
 #[repr(C)]
@@ -175,10 +200,20 @@ pub(crate) unsafe fn chan_ref<'a>(chan: *const eventq_chan) -> Result<&'a Chan, 
 /// during `'a`.
 unsafe fn bytes_in<'a>(chan: &Chan, data: *const c_void, len: usize) -> Result<&'a [u8], c_int> {
     if data.is_null() {
-        return if len == 0 { Ok(&[]) } else { einval() };
+        return if len == 0 {
+            Ok(&[])
+        } else {
+            einval(format_args!("data is NULL with len {len}"))
+        };
     }
     if len > chan.max_msg_size() {
-        return Err(-libc::EMSGSIZE);
+        return fail(
+            -libc::EMSGSIZE,
+            format_args!(
+                "len {len} is above the channel's max_msg_size {}",
+                chan.max_msg_size()
+            ),
+        );
     }
     // SAFETY: data points to len readable bytes (this function's contract),
     // and len is at most the channel's maximum, far below isize::MAX.
@@ -194,7 +229,11 @@ unsafe fn bytes_in<'a>(chan: &Chan, data: *const c_void, len: usize) -> Result<&
 /// accesses during `'a`.
 unsafe fn bytes_out<'a>(buf: *mut c_void, cap: usize) -> Result<&'a mut [u8], c_int> {
     if buf.is_null() {
-        return if cap == 0 { Ok(&mut []) } else { einval() };
+        return if cap == 0 {
+            Ok(&mut [])
+        } else {
+            einval(format_args!("buf is NULL with cap {cap}"))
+        };
     }
     let cap = cap.min(isize::MAX as usize);
     // SAFETY: buf points to at least cap writable bytes that only this
@@ -221,17 +260,18 @@ fn default_opts(size: usize) -> eventq_chan_opts {
 /// with `size`. Writes nothing past `size`, and zeros there what this
 /// library does not know of a larger (newer) struct.
 ///
-/// Returns 0; -EINVAL for a NULL opts or a size below
-/// EVENTQ_CHAN_OPTS_SIZE_MIN.
+/// Returns 0; -EINVAL for a NULL opts, a size below
+/// EVENTQ_CHAN_OPTS_SIZE_MIN or one that ends inside a field; -E2BIG for a
+/// size above EVENTQ_STRUCT_SIZE_MAX (nothing written).
 ///
 /// Thread safety: any thread.
 #[no_mangle]
 pub extern "C" fn eventq_chan_opts_init(opts: *mut eventq_chan_opts, size: usize) -> c_int {
     boundary!(PANIC, {
-        ensure!(!opts.is_null());
+        ensure!(!opts.is_null(), "opts is NULL");
         // SAFETY: opts points to `size` writable bytes (header: pass sizeof
         // opts); eventq_chan_opts has no padding (asserted where defined).
-        unsafe { write_sized(opts, size, EVENTQ_CHAN_OPTS_SIZE_MIN, &default_opts(size)) }
+        unsafe { write_sized(opts, size, &default_opts(size)) }
     })
 }
 
@@ -250,8 +290,9 @@ pub(crate) unsafe fn options_of(opts: *const eventq_chan_opts) -> Result<Options
         // SAFETY: opts points to `size` readable bytes (this function's
         // contract); its fields are integers, a pointer and an optional fn
         // pointer, which take any bytes.
-        unsafe { read_sized(opts, size, EVENTQ_CHAN_OPTS_SIZE_MIN, &mut o) }?;
+        unsafe { read_sized(opts, size, "opts->size", &mut o) }?;
     }
+    // The core's own checks (Error::Invalid) name the field at fault.
     let mut options = Options::new(o.capacity);
     if o.max_bytes != 0 {
         options = options.max_bytes(o.max_bytes);
@@ -277,10 +318,12 @@ pub(crate) unsafe fn options_of(opts: *const eventq_chan_opts) -> Result<Options
 /// which fields it has (the rest take their defaults).
 ///
 /// Returns 0; -EINVAL for a NULL out, an opts size below
-/// EVENTQ_CHAN_OPTS_SIZE_MIN, a capacity of 0 or above EVENTQ_MAX_CAPACITY,
-/// max_msg_size above max_bytes, or low_water not below capacity; -E2BIG
-/// when opts sets fields this version does not know; -EMFILE/-ENFILE when
-/// no fd is left for its receive eventfd; -ENOMEM.
+/// EVENTQ_CHAN_OPTS_SIZE_MIN or ending inside a field, a capacity of 0 or
+/// above EVENTQ_MAX_CAPACITY, max_msg_size above max_bytes, or low_water
+/// not below capacity; -E2BIG when opts sets fields this version does not
+/// know, or its size is above EVENTQ_STRUCT_SIZE_MAX (then nothing past
+/// the size field is read); -EMFILE/-ENFILE when no fd is left for its
+/// receive eventfd; -ENOMEM.
 ///
 /// Cost: one fd (the receive eventfd; the send eventfd is created by the
 /// first eventq_chan_send_fd) and, while idle, a few KiB of resident
@@ -294,7 +337,7 @@ pub extern "C" fn eventq_chan_new(
     out: *mut *mut eventq_chan,
 ) -> c_int {
     boundary!(PANIC, {
-        ensure!(!out.is_null());
+        ensure!(!out.is_null(), "out is NULL");
         // SAFETY: opts is NULL or initialised by eventq_chan_opts_init
         // (header).
         let options = try_c!(unsafe { options_of(opts) });
@@ -343,7 +386,8 @@ pub extern "C" fn eventq_chan_free(chan: *mut eventq_chan) {
 /// *out`; as for `eventq_chan_get_stats`), with `dropped`, the messages
 /// discarded, and returns 1; otherwise returns 0 and leaves `*out` alone.
 /// -EINVAL (and nothing freed) when chan or out is NULL or size is below
-/// EVENTQ_CHAN_STATS_SIZE_MIN.
+/// EVENTQ_CHAN_STATS_SIZE_MIN or ends inside a field; -E2BIG (nothing
+/// freed) for a size above EVENTQ_STRUCT_SIZE_MAX.
 ///
 /// Thread safety: as `eventq_chan_free`.
 #[no_mangle]
@@ -353,14 +397,17 @@ pub extern "C" fn eventq_chan_free_final(
     size: usize,
 ) -> c_int {
     boundary!(PANIC, {
-        ensure!(!out.is_null() && size >= EVENTQ_CHAN_STATS_SIZE_MIN);
-        // SAFETY: chan is NULL or a handle from eventq_chan_new or _clone,
-        // given up here: not used after or during (header).
+        ensure!(!out.is_null(), "out is NULL");
+        try_c!(super::check_size::<eventq_chan_stats>(size, "size"));
+        ensure!(!chan.is_null(), "chan is NULL");
+        // SAFETY: chan is a handle from eventq_chan_new or _clone (not
+        // NULL: checked), given up here: not used after or during (header).
         let handle = try_c!(unsafe { take_box(chan) }.ok_or(-libc::EINVAL));
         match handle.0.into_final_stats() {
             // SAFETY: out points to `size` writable bytes (header: pass
-            // sizeof *out); eventq_chan_stats is all u64, no padding.
-            Some(s) => unsafe { write_sized(out, size, EVENTQ_CHAN_STATS_SIZE_MIN, &s.into()) + 1 },
+            // sizeof *out; the size was checked); eventq_chan_stats is all
+            // u64, no padding.
+            Some(s) => unsafe { write_sized(out, size, &s.into()) + 1 },
             None => 0,
         }
     })
@@ -488,8 +535,14 @@ pub extern "C" fn eventq_chan_send_batch(
         // not freed (header).
         let chan = try_c!(unsafe { chan_ref(chan) });
         let wait = try_c!(wait_of(timeout_ns));
-        ensure!(count <= c_int::MAX as usize);
-        ensure!(!msgs.is_null() || count == 0);
+        ensure!(
+            count <= c_int::MAX as usize,
+            "count {count} is above INT_MAX"
+        );
+        ensure!(
+            !msgs.is_null() || count == 0,
+            "msgs is NULL with count {count}"
+        );
         let bufs: &[eventq_buf] = if msgs.is_null() {
             &[]
         } else {
@@ -499,12 +552,18 @@ pub extern "C" fn eventq_chan_send_batch(
         };
         // Check every entry before queueing any, so a bad pointer late in
         // the batch cannot leave a half-sent batch behind an error.
-        ensure!(!bufs.iter().any(|b| b.data.is_null() && b.len != 0));
+        if let Some(i) = bufs.iter().position(|b| b.data.is_null() && b.len != 0) {
+            return super::fail_code(
+                -libc::EINVAL,
+                format_args!("msgs[{i}].data is NULL with len {}", bufs[i].len),
+            );
+        }
         // A message over the size limit ends the prefix (the first one fails
         // the call); entries past it are never turned into slices.
         let max = chan.max_msg_size();
         let sendable = bufs.iter().position(|b| b.len > max).unwrap_or(bufs.len());
-        ensure!(sendable > 0 || bufs.is_empty(), -libc::EMSGSIZE);
+        ensure!(sendable > 0 || bufs.is_empty() => -libc::EMSGSIZE,
+            "msgs[0].len {} is above the channel's max_msg_size {max}", bufs[0].len);
         // SAFETY: each data is NULL only with len 0 (checked) or points to
         // len readable bytes (header).
         let iter = bufs[..sendable]
@@ -540,20 +599,23 @@ pub extern "C" fn eventq_chan_recv(
         // SAFETY: chan is NULL or a handle from eventq_chan_new or _clone,
         // not freed (header).
         let chan = try_c!(unsafe { chan_ref(chan) });
-        ensure!(!len.is_null());
+        ensure!(!len.is_null(), "len is NULL");
         // SAFETY: buf is NULL or points to cap writable bytes (header).
         let buf = try_c!(unsafe { bytes_out(buf, cap) });
         let wait = try_c!(wait_of(timeout_ns));
+        // The length received, or on -EMSGSIZE the length needed. The
+        // error is matched where it lies: moving it out to a new slot
+        // stalled the -EAGAIN path on store forwarding (about 8 ns).
         let res = chan.recv_into(buf, wait);
-        // The length received, or on -EMSGSIZE the length needed.
-        let n = match res {
-            Ok(n) | Err(crate::Error::BufferTooSmall { needed: n }) => n,
-            Err(e) => return to_code(&e),
+        let (n, code) = match &res {
+            Ok(n) => (*n, 0),
+            Err(e @ crate::Error::BufferTooSmall { needed }) => (*needed, to_code(e)),
+            Err(e) => return to_code(e),
         };
         // SAFETY: len is non-NULL (checked) and points to a size_t
         // (header).
         unsafe { write_out(len, n) };
-        code_of(res.map(|_| ()))
+        code
     })
 }
 
@@ -575,7 +637,7 @@ pub extern "C" fn eventq_chan_recv_msg(
         // SAFETY: chan is NULL or a handle from eventq_chan_new or _clone,
         // not freed (header).
         let chan = try_c!(unsafe { chan_ref(chan) });
-        ensure!(!out.is_null());
+        ensure!(!out.is_null(), "out is NULL");
         let wait = try_c!(wait_of(timeout_ns));
         match chan.recv(wait) {
             // SAFETY: out is non-NULL (checked) and points to a handle
@@ -613,7 +675,10 @@ pub extern "C" fn eventq_chan_recv_batch(
         let buf = try_c!(unsafe { bytes_out(buf, cap) });
         let wait = try_c!(wait_of(timeout_ns));
         let max_msgs = max_msgs.min(c_int::MAX as usize);
-        ensure!(!lens.is_null() || max_msgs == 0);
+        ensure!(
+            !lens.is_null() || max_msgs == 0,
+            "lens is NULL with max_msgs {max_msgs}"
+        );
         let lens: &mut [usize] = if lens.is_null() {
             &mut []
         } else {
@@ -655,7 +720,8 @@ pub extern "C" fn eventq_chan_close(chan: *const eventq_chan) -> c_int {
 /// struct gets zeros in the fields this library does not know.
 ///
 /// Returns 0; -EINVAL for a NULL chan or out, or a size below
-/// EVENTQ_CHAN_STATS_SIZE_MIN.
+/// EVENTQ_CHAN_STATS_SIZE_MIN or ending inside a field; -E2BIG for a size
+/// above EVENTQ_STRUCT_SIZE_MAX (nothing written).
 ///
 /// Thread safety: any thread, concurrently with any other call.
 #[no_mangle]
@@ -668,10 +734,10 @@ pub extern "C" fn eventq_chan_get_stats(
         // SAFETY: chan is NULL or a handle from eventq_chan_new or _clone,
         // not freed (header).
         let chan = try_c!(unsafe { chan_ref(chan) });
-        ensure!(!out.is_null());
+        ensure!(!out.is_null(), "out is NULL");
         // SAFETY: out points to `size` writable bytes (header: pass sizeof
         // *out); eventq_chan_stats is all u64, no padding.
-        unsafe { write_sized(out, size, EVENTQ_CHAN_STATS_SIZE_MIN, &chan.stats().into()) }
+        unsafe { write_sized(out, size, &chan.stats().into()) }
     })
 }
 

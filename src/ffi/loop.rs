@@ -29,6 +29,7 @@ pub struct eventq_loop(Loop);
 
 impl Handle for eventq_loop {
     type Ownership = OwnershipBox;
+    const ARG: &'static str = "lp";
 }
 
 /// A source of a loop (see `eventq_loop_add_fd` and the other adds, and
@@ -40,6 +41,7 @@ pub struct eventq_source {
 
 impl Handle for eventq_source {
     type Ownership = OwnershipArc;
+    const ARG: &'static str = "src";
 }
 
 /// fd readiness flags: the epoll values.
@@ -242,7 +244,7 @@ pub(crate) fn add_source(
 #[no_mangle]
 pub extern "C" fn eventq_loop_new(out: *mut *mut eventq_loop) -> c_int {
     boundary!(PANIC, {
-        ensure!(!out.is_null());
+        ensure!(!out.is_null(), "out is NULL");
         match Loop::new() {
             // SAFETY: out is non-NULL (checked) and points to a handle
             // pointer (header).
@@ -297,8 +299,9 @@ pub extern "C" fn eventq_loop_run(lp: *const eventq_loop) -> c_int {
 }
 
 /// Runs one iteration: waits for events (EVENTQ_FOREVER without limit, 0 not
-/// at all, else at most timeout_ns, rounded up to a millisecond) and
-/// dispatches them. Returns the number of callbacks run (0 on timeout);
+/// at all, else timeout_ns rounded up to whole milliseconds, epoll's unit:
+/// any positive timeout, 1 ns included, waits at least 1 ms unless an event
+/// comes first) and dispatches them. Returns the number of callbacks run (0 on timeout);
 /// -EBUSY if the loop is already being run; -EINVAL for NULL or a bad
 /// timeout. A stop made during the call ends its dispatch early (see
 /// `eventq_loop_stop`); a stop already pending does not.
@@ -369,6 +372,7 @@ pub extern "C" fn eventq_loop_post(
         // SAFETY: lp is NULL or a loop from eventq_loop_new, not freed
         // (header).
         let lp = try_c!(unsafe { loop_ref(lp) });
+        ensure!(f.is_some(), "fn is NULL");
         let Some(f) = f else {
             return -libc::EINVAL;
         };
@@ -429,6 +433,7 @@ pub extern "C" fn eventq_loop_add_fd(
         // SAFETY: lp is NULL or a loop from eventq_loop_new, not freed
         // (header).
         let lp = try_c!(unsafe { loop_ref(lp) });
+        ensure!(cb.is_some(), "cb is NULL");
         let Some(cb) = cb else {
             return -libc::EINVAL;
         };
@@ -467,6 +472,7 @@ pub extern "C" fn eventq_loop_add_timer(
         // SAFETY: lp is NULL or a loop from eventq_loop_new, not freed
         // (header).
         let lp = try_c!(unsafe { loop_ref(lp) });
+        ensure!(cb.is_some(), "cb is NULL");
         let Some(cb) = cb else {
             return -libc::EINVAL;
         };
@@ -516,6 +522,7 @@ pub extern "C" fn eventq_loop_add_chan(
         // SAFETY: chan is NULL or a handle from eventq_chan_new or _clone,
         // not freed (header).
         let chan = try_c!(unsafe { super::chan::chan_ref(chan) });
+        ensure!(cb.is_some(), "cb is NULL");
         let Some(cb) = cb else {
             return -libc::EINVAL;
         };
@@ -573,6 +580,7 @@ pub extern "C" fn eventq_loop_add_chan_batch(
         // SAFETY: chan is NULL or a handle from eventq_chan_new or _clone,
         // not freed (header).
         let chan = try_c!(unsafe { super::chan::chan_ref(chan) });
+        ensure!(cb.is_some(), "cb is NULL");
         let Some(cb) = cb else {
             return -libc::EINVAL;
         };
@@ -624,6 +632,7 @@ pub extern "C" fn eventq_loop_add_signal(
         // SAFETY: lp is NULL or a loop from eventq_loop_new, not freed
         // (header).
         let lp = try_c!(unsafe { loop_ref(lp) });
+        ensure!(cb.is_some(), "cb is NULL");
         let Some(cb) = cb else {
             return -libc::EINVAL;
         };

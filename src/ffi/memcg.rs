@@ -38,6 +38,7 @@ pub struct eventq_memcg(Cgroup);
 
 impl Handle for eventq_memcg {
     type Ownership = OwnershipBox;
+    const ARG: &'static str = "cg";
 }
 
 /// One registration with the kernel (a threshold, OOM, pressure-level or
@@ -66,6 +67,7 @@ impl eventq_memcg_watch {
 
 impl Handle for eventq_memcg_watch {
     type Ownership = OwnershipBox;
+    const ARG: &'static str = "watch";
 }
 
 /// `eventq_memcg_dir` version: the cgroup v1 `memory` hierarchy.
@@ -284,7 +286,10 @@ fn c_event(spec: &CStr, ev: &MemEvent) -> CEvent {
 unsafe fn watch_mut<'a>(w: *mut eventq_memcg_watch) -> Result<&'a mut eventq_memcg_watch, c_int> {
     // SAFETY: a non-NULL w is a live handle that nothing else uses for 'a
     // (this function's contract).
-    unsafe { w.as_mut() }.ok_or(-libc::EINVAL)
+    match unsafe { w.as_mut() } {
+        Some(w) => Ok(w),
+        None => einval(format_args!("watch is NULL")),
+    }
 }
 
 /// The cgroup behind a handle; -EINVAL for NULL.
@@ -296,14 +301,17 @@ unsafe fn cgroup_ref<'a>(cg: *const eventq_memcg) -> Result<&'a Cgroup, c_int> {
     unsafe { borrow(cg) }.map(|c| &c.0)
 }
 
-/// A string argument; -EINVAL for NULL.
+/// A string argument named `name`; -EINVAL for NULL.
 ///
 /// # Safety
 /// `s` is NULL or a NUL-terminated string that nothing changes during `'a`.
-unsafe fn cstr<'a>(s: *const c_char) -> Result<&'a CStr, c_int> {
+unsafe fn cstr<'a>(s: *const c_char, name: &str) -> Result<&'a CStr, c_int> {
     // SAFETY: a non-NULL s is NUL-terminated and unchanged for 'a (this
     // function's contract).
-    unsafe { s.as_ref().map(|p| CStr::from_ptr(p)) }.ok_or(-libc::EINVAL)
+    match unsafe { s.as_ref().map(|p| CStr::from_ptr(p)) } {
+        Some(s) => Ok(s),
+        None => einval(format_args!("{name} is NULL")),
+    }
 }
 
 /// An EVENTQ_MEMCG_LOW/_MEDIUM/_CRITICAL argument.
@@ -312,7 +320,9 @@ fn level_of(level: u32) -> Result<Level, c_int> {
         EVENTQ_MEMCG_LOW => Ok(Level::Low),
         EVENTQ_MEMCG_MEDIUM => Ok(Level::Medium),
         EVENTQ_MEMCG_CRITICAL => Ok(Level::Critical),
-        _ => einval(),
+        _ => einval(format_args!(
+            "level is {level}: not EVENTQ_MEMCG_LOW, _MEDIUM or _CRITICAL"
+        )),
     }
 }
 
@@ -322,7 +332,9 @@ fn mode_of(mode: u32) -> Result<Mode, c_int> {
         EVENTQ_MEMCG_MODE_DEFAULT => Ok(Mode::Default),
         EVENTQ_MEMCG_MODE_HIERARCHY => Ok(Mode::Hierarchy),
         EVENTQ_MEMCG_MODE_LOCAL => Ok(Mode::Local),
-        _ => einval(),
+        _ => einval(format_args!(
+            "mode is {mode}: not EVENTQ_MEMCG_MODE_DEFAULT, _HIERARCHY or _LOCAL"
+        )),
     }
 }
 
@@ -357,7 +369,7 @@ unsafe fn out_new_handle_of<T, H: Handle>(
 #[no_mangle]
 pub extern "C" fn eventq_memcg_own(out: *mut *mut eventq_memcg) -> c_int {
     boundary!(PANIC, {
-        ensure!(!out.is_null());
+        ensure!(!out.is_null(), "out is NULL");
         // SAFETY: out is non-NULL (checked) and points to a handle pointer
         // (header).
         unsafe { out_new_handle_of(out, Cgroup::own(), eventq_memcg) }
@@ -378,8 +390,8 @@ pub extern "C" fn eventq_memcg_own(out: *mut *mut eventq_memcg) -> c_int {
 pub extern "C" fn eventq_memcg_open(path: *const c_char, out: *mut *mut eventq_memcg) -> c_int {
     boundary!(PANIC, {
         // SAFETY: path is NULL or a NUL-terminated string (header).
-        let path = try_c!(unsafe { cstr(path) });
-        ensure!(!out.is_null());
+        let path = try_c!(unsafe { cstr(path, "path") });
+        ensure!(!out.is_null(), "out is NULL");
         let path = Path::new(OsStr::from_bytes(path.to_bytes()));
         // SAFETY: out is non-NULL (checked) and points to a handle pointer
         // (header).
@@ -420,15 +432,21 @@ pub extern "C" fn eventq_memcg_dir(
         // SAFETY: cg is NULL or a handle from eventq_memcg_own or _open, not
         // freed (header).
         let cg = try_c!(unsafe { cgroup_ref(cg) });
-        ensure!(version == EVENTQ_MEMCG_V1 || version == EVENTQ_MEMCG_V2);
-        ensure!(!buf.is_null() || len == 0);
+        ensure!(
+            version == EVENTQ_MEMCG_V1 || version == EVENTQ_MEMCG_V2,
+            "version is {version}: not EVENTQ_MEMCG_V1 or EVENTQ_MEMCG_V2"
+        );
+        ensure!(!buf.is_null() || len == 0, "buf is NULL with len {len}");
         let dir = if version == EVENTQ_MEMCG_V1 {
             cg.v1_dir()
         } else {
             cg.v2_dir()
         };
         let Some(dir) = dir else {
-            return -libc::ENODEV;
+            return super::fail_code(
+                -libc::ENODEV,
+                format_args!("the cgroup has no cgroup v{version} directory"),
+            );
         };
         let bytes = dir.as_os_str().as_bytes();
         let Ok(n) = c_int::try_from(bytes.len()) else {
@@ -438,7 +456,13 @@ pub extern "C" fn eventq_memcg_dir(
             return n;
         }
         if len <= bytes.len() {
-            return -libc::EMSGSIZE;
+            return super::fail_code(
+                -libc::EMSGSIZE,
+                format_args!(
+                    "len {len} leaves no room for the {}-byte path and its NUL",
+                    bytes.len()
+                ),
+            );
         }
         // SAFETY: buf has room for len > bytes.len() bytes (header); the
         // regions cannot overlap (the path is ours).
@@ -474,7 +498,7 @@ pub extern "C" fn eventq_memcg_watch_threshold(
         // SAFETY: cg is NULL or a handle from eventq_memcg_own or _open, not
         // freed (header).
         let cg = try_c!(unsafe { cgroup_ref(cg) });
-        ensure!(!out.is_null());
+        ensure!(!out.is_null(), "out is NULL");
         // SAFETY: out is non-NULL (checked) and points to a handle pointer
         // (header).
         unsafe { out_new_handle_of(out, Watch::threshold(cg, bytes), eventq_memcg_watch::new) }
@@ -500,7 +524,7 @@ pub extern "C" fn eventq_memcg_watch_oom(
         // SAFETY: cg is NULL or a handle from eventq_memcg_own or _open, not
         // freed (header).
         let cg = try_c!(unsafe { cgroup_ref(cg) });
-        ensure!(!out.is_null());
+        ensure!(!out.is_null(), "out is NULL");
         // SAFETY: out is non-NULL (checked) and points to a handle pointer
         // (header).
         unsafe { out_new_handle_of(out, Watch::oom(cg), eventq_memcg_watch::new) }
@@ -532,7 +556,7 @@ pub extern "C" fn eventq_memcg_watch_pressure_level(
         let cg = try_c!(unsafe { cgroup_ref(cg) });
         let level = try_c!(level_of(level));
         let mode = try_c!(mode_of(mode));
-        ensure!(!out.is_null());
+        ensure!(!out.is_null(), "out is NULL");
         // SAFETY: out is non-NULL (checked) and points to a handle pointer
         // (header).
         unsafe {
@@ -579,8 +603,11 @@ pub extern "C" fn eventq_memcg_watch_psi(
             // freed (header).
             Some(try_c!(unsafe { cgroup_ref(cg) }))
         };
-        ensure!(kind == EVENTQ_MEMCG_PSI_SOME || kind == EVENTQ_MEMCG_PSI_FULL);
-        ensure!(!out.is_null());
+        ensure!(
+            kind == EVENTQ_MEMCG_PSI_SOME || kind == EVENTQ_MEMCG_PSI_FULL,
+            "kind is {kind}: not EVENTQ_MEMCG_PSI_SOME or EVENTQ_MEMCG_PSI_FULL"
+        );
+        ensure!(!out.is_null(), "out is NULL");
         let trigger = PsiTrigger {
             full: kind == EVENTQ_MEMCG_PSI_FULL,
             stall: Duration::from_micros(stall_us),
@@ -611,7 +638,7 @@ pub extern "C" fn eventq_memcg_watch_events(
         // SAFETY: cg is NULL or a handle from eventq_memcg_own or _open, not
         // freed (header).
         let cg = try_c!(unsafe { cgroup_ref(cg) });
-        ensure!(!out.is_null());
+        ensure!(!out.is_null(), "out is NULL");
         // SAFETY: out is non-NULL (checked) and points to a handle pointer
         // (header).
         unsafe { out_new_handle_of(out, Watch::memory_events(cg), eventq_memcg_watch::new) }
@@ -643,8 +670,10 @@ pub extern "C" fn eventq_memcg_watch_counters(
         // freed (header).
         let cg = try_c!(unsafe { cgroup_ref(cg) });
         // SAFETY: file is NULL or a NUL-terminated string (header).
-        let name = try_c!(unsafe { cstr(file) }.and_then(|f| f.to_str().or(einval())));
-        ensure!(!out.is_null());
+        let name = try_c!(unsafe { cstr(file, "file") }.and_then(|f| f
+            .to_str()
+            .or_else(|_| einval(format_args!("file is not UTF-8")))));
+        ensure!(!out.is_null(), "out is NULL");
         // SAFETY: out is non-NULL (checked) and points to a handle pointer
         // (header).
         unsafe { out_new_handle_of(out, Watch::counters(cg, name), eventq_memcg_watch::new) }
@@ -732,7 +761,7 @@ pub extern "C" fn eventq_memcg_watch_read(
         // call, neither added nor freed, read by one thread at a time
         // (header).
         let w = try_c!(unsafe { watch_mut(watch) });
-        ensure!(!out.is_null());
+        ensure!(!out.is_null(), "out is NULL");
         if w.watch.is_removed() {
             return -libc::ENOENT;
         }
@@ -784,7 +813,8 @@ pub extern "C" fn eventq_loop_add_memcg(
         // (header).
         let lp = try_c!(unsafe { loop_ref(lp) });
         let (Some(watch), Some(cb)) = (watch, cb) else {
-            return -libc::EINVAL;
+            let what = if cb.is_none() { "cb" } else { "watch" };
+            return super::fail_code(-libc::EINVAL, format_args!("{what} is NULL"));
         };
         let eventq_memcg_watch { watch, spec, .. } = *watch;
         let on_event = move |src, ud, ev: Event<'_>| match ev {

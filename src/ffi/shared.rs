@@ -6,7 +6,10 @@ use std::ffi::c_int;
 use std::os::fd::{BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 
 use super::chan::{chan_ref, eventq_chan, eventq_chan_opts, options_of};
-use super::{boundary, ensure, out_new_handle, read_sized, to_code, try_c, write_sized, PANIC};
+use super::{
+    boundary, check_size, ensure, fail, out_new_handle, read_sized, to_code, try_c, write_sized,
+    SizedStruct, PANIC,
+};
 use crate::chan::{Chan, SharedFds, Side};
 
 /// `side`: this process sends on the channel; the other receives.
@@ -38,6 +41,14 @@ pub struct eventq_shared_fds {
 
 const _: () = assert!(std::mem::size_of::<eventq_shared_fds>() == EVENTQ_SHARED_FDS_SIZE_MIN);
 
+impl SizedStruct for eventq_shared_fds {
+    const NAME: &'static str = "struct eventq_shared_fds";
+    const MIN: usize = EVENTQ_SHARED_FDS_SIZE_MIN;
+    const MIN_NAME: &'static str = "EVENTQ_SHARED_FDS_SIZE_MIN";
+    // Every field an int.
+    const FIELD_ENDS: &'static [usize] = &[4, 8, 12, 16, 20];
+}
+
 fn side_of(side: c_int) -> Option<Side> {
     match side {
         EVENTQ_SIDE_SEND => Some(Side::Send),
@@ -59,7 +70,7 @@ fn code_of_side(side: Side) -> c_int {
 /// A non-negative `fd` is open for the duration of `'a`.
 unsafe fn fd_arg<'a>(fd: RawFd) -> Result<BorrowedFd<'a>, c_int> {
     if fd < 0 {
-        return Err(-libc::EBADF);
+        return fail(-libc::EBADF, format_args!("sockfd is {fd}"));
     }
     // SAFETY: fd is open during 'a (this function's contract).
     Ok(unsafe { BorrowedFd::borrow_raw(fd) })
@@ -96,8 +107,13 @@ pub extern "C" fn eventq_chan_new_shared(
     out: *mut *mut eventq_chan,
 ) -> c_int {
     boundary!(PANIC, {
-        ensure!(!out.is_null());
-        let side = try_c!(side_of(side).ok_or(-libc::EINVAL));
+        ensure!(!out.is_null(), "out is NULL");
+        let Some(side) = side_of(side) else {
+            return super::fail_code(
+                -libc::EINVAL,
+                format_args!("side is {side}: not EVENTQ_SIDE_SEND or EVENTQ_SIDE_RECV"),
+            );
+        };
         // SAFETY: opts is NULL or initialised by eventq_chan_opts_init
         // (header).
         let options = try_c!(unsafe { options_of(opts) });
@@ -148,7 +164,7 @@ pub extern "C" fn eventq_chan_send_to(chan: *const eventq_chan, sockfd: c_int) -
 #[no_mangle]
 pub extern "C" fn eventq_chan_recv_from(sockfd: c_int, out: *mut *mut eventq_chan) -> c_int {
     boundary!(PANIC, {
-        ensure!(!out.is_null());
+        ensure!(!out.is_null(), "out is NULL");
         // SAFETY: sockfd is the caller's open socket (header).
         let sock = try_c!(unsafe { fd_arg(sockfd) });
         match Chan::recv_from(sock) {
@@ -178,7 +194,8 @@ pub extern "C" fn eventq_chan_export_fds(
         // SAFETY: chan is NULL or a handle from eventq_chan_new_shared or
         // _recv_from, not freed (header).
         let chan = try_c!(unsafe { chan_ref(chan) });
-        ensure!(!out.is_null() && size >= EVENTQ_SHARED_FDS_SIZE_MIN);
+        ensure!(!out.is_null(), "out is NULL");
+        try_c!(check_size::<eventq_shared_fds>(size, "size"));
         let fds = match chan.export_fds() {
             Ok(fds) => fds,
             Err(e) => return to_code(&e),
@@ -192,7 +209,7 @@ pub extern "C" fn eventq_chan_export_fds(
         };
         // SAFETY: out points to `size` writable bytes (header: pass sizeof
         // *out); eventq_shared_fds is all int, no padding.
-        unsafe { write_sized(out, size, EVENTQ_SHARED_FDS_SIZE_MIN, &raw) }
+        unsafe { write_sized(out, size, &raw) }
     })
 }
 
@@ -200,9 +217,10 @@ pub extern "C" fn eventq_chan_export_fds(
 /// bytes long (pass `sizeof *fds`), as `eventq_chan_export_fds` wrote them
 /// in another process, and writes a handle to it to `*out`. The four fds
 /// are the library's from the call on, on every path once `fds` and `size`
-/// are valid (-EINVAL for NULL or a size below EVENTQ_SHARED_FDS_SIZE_MIN,
-/// which leave them alone): owned by the handle, or closed if the call
-/// fails. They are checked as `eventq_chan_recv_from`
+/// are valid (-EINVAL for NULL, a size below EVENTQ_SHARED_FDS_SIZE_MIN or
+/// ending inside a field, and -E2BIG for a size above
+/// EVENTQ_STRUCT_SIZE_MAX, leave them alone): owned by the handle, or
+/// closed if the call fails. They are checked as `eventq_chan_recv_from`
 /// checks what it receives (-EPROTO).
 ///
 /// Thread safety: any thread.
@@ -213,7 +231,8 @@ pub extern "C" fn eventq_chan_import_fds(
     out: *mut *mut eventq_chan,
 ) -> c_int {
     boundary!(PANIC, {
-        ensure!(!fds.is_null() && size >= EVENTQ_SHARED_FDS_SIZE_MIN);
+        ensure!(!fds.is_null(), "fds is NULL");
+        try_c!(check_size::<eventq_shared_fds>(size, "size"));
         let empty = || eventq_shared_fds {
             side: 0,
             mem: -1,
@@ -226,14 +245,7 @@ pub extern "C" fn eventq_chan_import_fds(
         let mut raw = empty();
         // SAFETY: fds points to `size` (at least the minimum) readable
         // bytes (header); its fields are ints, which take any bytes.
-        try_c!(unsafe {
-            read_sized(
-                fds,
-                EVENTQ_SHARED_FDS_SIZE_MIN,
-                EVENTQ_SHARED_FDS_SIZE_MIN,
-                &mut raw,
-            )
-        });
+        try_c!(unsafe { read_sized(fds, EVENTQ_SHARED_FDS_SIZE_MIN, "size", &mut raw) });
         let owned = |fd: c_int| {
             // SAFETY: a non-negative fd in the struct is the caller's, given
             // to the library by this call (header), and closed once: here
@@ -248,12 +260,18 @@ pub extern "C" fn eventq_chan_import_fds(
         );
         // SAFETY: as above, all `size` bytes: fields of a newer header that
         // this library does not know must be zero (-E2BIG otherwise).
-        try_c!(unsafe { read_sized(fds, size, EVENTQ_SHARED_FDS_SIZE_MIN, &mut empty()) });
-        ensure!(!out.is_null());
+        try_c!(unsafe { read_sized(fds, size, "size", &mut empty()) });
+        ensure!(!out.is_null(), "out is NULL");
         let (Some(side), Some(mem), Some(recv_bell), Some(send_bell), Some(link)) =
             (side_of(raw.side), mem, recv, send, link)
         else {
-            return -libc::EINVAL;
+            return super::fail_code(
+                -libc::EINVAL,
+                format_args!(
+                    "fds holds side {} and fds {}, {}, {}, {}: a side that is not EVENTQ_SIDE_SEND or _RECV, or a negative fd",
+                    raw.side, raw.mem, raw.recv_bell, raw.send_bell, raw.link
+                ),
+            );
         };
         let fds = SharedFds {
             side,
@@ -313,7 +331,10 @@ pub extern "C" fn eventq_chan_consumer_leave(chan: *const eventq_chan) -> c_int 
         if chan.consumer_leave() {
             0
         } else {
-            -libc::EINVAL
+            super::fail_code(
+                -libc::EINVAL,
+                format_args!("no consumer is counted in on chan"),
+            )
         }
     })
 }

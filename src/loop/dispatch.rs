@@ -45,13 +45,19 @@ impl Loop {
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; EVENTS_PER_WAIT];
         // A signal interrupting the wait is not an event: wait again for
         // what is left of the timeout, so EINTR never ends an iteration.
+        // The first wait is given the whole timeout, which epoll rounds up
+        // to a millisecond: computed from the deadline, a timeout of a few
+        // nanoseconds would have passed already and become a poll.
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let mut first = true;
         let n = loop {
             let left = match (timeout, deadline) {
                 (None, _) => None,
+                (Some(t), _) if first => Some(t),
                 (Some(_), Some(d)) => Some(d.saturating_duration_since(Instant::now())),
                 (Some(t), None) => Some(t), // too far to represent: as good as forever
             };
+            first = false;
             match self.shared.epoll.wait(&mut events, left) {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 other => break other?,

@@ -566,8 +566,10 @@ impl Loop {
         }
     }
 
-    /// Runs one iteration, waiting at most `timeout` for an event (`None`:
-    /// without limit; zero: not at all, for embedding). Returns the number
+    /// Runs one iteration, waiting up to `timeout` for an event (`None`:
+    /// without limit; zero: not at all, for embedding; else rounded up to
+    /// whole milliseconds, epoll's unit, so any positive timeout waits at
+    /// least 1 ms unless an event comes first). Returns the number
     /// of callbacks run. A stop made during the call ends its dispatch
     /// early (see [`Loop::stop`]); one already pending does not.
     pub fn run_once(&self, timeout: Option<Duration>) -> Result<usize> {

@@ -27,6 +27,7 @@ CDEF = r"""
 #define EVENTQ_FOREVER -1
 #define EVENTQ_DEFAULT_MAX_MSG_SIZE 1048576
 #define EVENTQ_MAX_CAPACITY 16777216
+#define EVENTQ_STRUCT_SIZE_MAX 4096
 #define EVENTQ_DEFAULT_CAPACITY 1024
 #define EVENTQ_CHAN_OPTS_SIZE_MIN 16
 #define EVENTQ_CHAN_STATS_SIZE_MIN 8
@@ -149,6 +150,7 @@ typedef struct eventq_shared_fds {
 uint32_t eventq_version(void);
 const char *eventq_version_string(void);
 const char *eventq_strerror(int err);
+const char *eventq_last_error(void);
 
 int eventq_chan_opts_init(struct eventq_chan_opts *opts, size_t size);
 int eventq_chan_new(const struct eventq_chan_opts *opts, struct eventq_chan **out);

@@ -82,7 +82,8 @@ def _pkg_config_libdir() -> tuple[str | None, str]:
     libdir = out.stdout.strip()
     if out.returncode != 0 or not libdir:
         return None, "pkg-config does not know eventq (is eventq.pc on PKG_CONFIG_PATH?)"
-    return libdir, ""
+    # eventq.pc is relocatable (prefix=${pcfiledir}/../..): resolve the "..".
+    return os.path.realpath(libdir), ""
 
 
 def _system(tried: list[str]) -> Iterator[tuple[str, str]]:
