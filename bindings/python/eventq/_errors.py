@@ -122,10 +122,22 @@ _TEXTS: dict[int, str] = {
 }
 
 
+def last_error() -> str:
+    """libeventq's text for the error the last call on this thread returned
+    (the argument or condition behind the code), or "" without one."""
+    p = lib.eventq_last_error()
+    return "" if p == ffi.NULL else ffi.string(p).decode()
+
+
 def error_for(rc: int, what: str | None = None) -> Error:
-    """The exception for a negative return code `rc` of a channel call."""
+    """The exception for a negative return code `rc` of a channel call,
+    made right after that call on the same thread, so that it carries the
+    library's text for it (eventq_last_error) when there is one."""
     code = -rc
+    detail = last_error()
     text = _TEXTS.get(code) or strerror(rc)
     if what:
         text = f"{what}: {text}"
+    if detail:
+        text = f"{text}: {detail}"
     return _CLASSES.get(code, Error)(code, text)

@@ -152,6 +152,22 @@ def test_bad_options(kwargs: dict[str, int]) -> None:
     assert eventq.strerror(-errno.EINVAL) in str(e)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"capacity": 0}, "capacity"),
+        ({"capacity": 4, "low_water": 4}, "low_water"),
+        ({"max_bytes": 10, "max_msg_size": 11}, "max_msg_size"),
+    ],
+)
+def test_bad_options_carry_the_library_text(kwargs: dict[str, int], named: str) -> None:
+    """The library's text for the error (eventq_last_error) names the call
+    and the argument behind the code."""
+    with pytest.raises(eventq.InvalidArgumentError) as ei:
+        eventq.Chan(**kwargs)
+    assert "eventq_chan_new" in str(ei.value) and named in str(ei.value).split("eventq_chan_new")[1]
+
+
 def test_option_types() -> None:
     with pytest.raises(TypeError):
         eventq.Chan(2.5)  # type: ignore[arg-type]
