@@ -132,7 +132,7 @@ MUTATIONS = [
 # The model files, each run whole for every mutation.
 TESTS = ["loom", "loom_shared"]
 
-COPY = ["src", "tests", "benches", "examples", "include", "Cargo.toml", "Cargo.lock", "build.rs", "cbindgen.toml", "README.md"]
+COPY = ["src", "capi", "tests", "benches", "examples", "include", "Cargo.toml", "Cargo.lock", "build.rs", "cbindgen.toml", "README.md"]
 
 
 def main():
