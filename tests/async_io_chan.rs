@@ -5,15 +5,17 @@
 
 #![cfg(feature = "async-io")]
 
+mod common;
+
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
-use std::task::{Context, Wake, Waker};
+use std::sync::Arc;
+use std::task::{Context, Waker};
 use std::time::Duration;
 
 use async_io::Timer;
+use common::{guarded, Flag};
 use eventq::async_io::AsyncChan;
 use eventq::{Chan, Error, Options, Wait};
 use futures::executor::block_on;
@@ -22,15 +24,7 @@ use futures::future::{self, Either};
 const HANG_GUARD: Duration = Duration::from_secs(120);
 
 fn watchdog<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(std::panic::catch_unwind(AssertUnwindSafe(f)));
-    });
-    match rx.recv_timeout(HANG_GUARD) {
-        Ok(Ok(v)) => v,
-        Ok(Err(panic)) => std::panic::resume_unwind(panic),
-        Err(_) => panic!("{what}: not done after {HANG_GUARD:?}: a lost wake-up or a livelock"),
-    }
+    guarded(what, HANG_GUARD, f)
 }
 
 fn chan(capacity: usize) -> AsyncChan {
@@ -64,14 +58,6 @@ fn check(logs: &[Vec<Vec<u8>>], producers: u8, per: u32) {
     for (p, mut seqs) in all.into_iter().enumerate() {
         seqs.sort_unstable();
         assert_eq!(seqs, (0..per).collect::<Vec<_>>(), "D1: producer {p}");
-    }
-}
-
-struct Flag(AtomicBool);
-
-impl Wake for Flag {
-    fn wake(self: Arc<Self>) {
-        self.0.store(true, Ordering::SeqCst);
     }
 }
 

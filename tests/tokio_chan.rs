@@ -13,16 +13,18 @@
 
 #![cfg(feature = "tokio")]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::os::unix::net::UnixStream;
-use std::panic::AssertUnwindSafe;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
-use std::task::{Context, Poll, Wake, Waker};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use common::{guarded, Flag};
 use eventq::tokio::{select, AsyncChan};
 use eventq::{Chan, Error, Options, Side, Wait};
 use futures::{SinkExt, StreamExt};
@@ -31,18 +33,8 @@ use tokio::runtime::{Builder, Runtime};
 /// Only a hang guard: a working channel never comes near it.
 const HANG_GUARD: Duration = Duration::from_secs(120);
 
-/// Runs `f` on a thread of its own and fails the test if it has not
-/// finished within `HANG_GUARD` (a lost wake-up hangs rather than fails).
 fn watchdog<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(std::panic::catch_unwind(AssertUnwindSafe(f)));
-    });
-    match rx.recv_timeout(HANG_GUARD) {
-        Ok(Ok(v)) => v,
-        Ok(Err(panic)) => std::panic::resume_unwind(panic),
-        Err(_) => panic!("{what}: not done after {HANG_GUARD:?}: a lost wake-up or a starved task"),
-    }
+    guarded(what, HANG_GUARD, f)
 }
 
 fn current() -> Runtime {
@@ -111,15 +103,6 @@ fn check_exactly_once(logs: &[Vec<(u32, u64)>], producers: u32, per_producer: u6
         seqs.dedup();
         assert_eq!(seqs.len() as u64, n, "D1: producer {p}: a message twice");
         assert_eq!(n, per_producer, "D1: producer {p}: messages missing");
-    }
-}
-
-/// A waker that records that it was woken.
-struct Flag(AtomicBool);
-
-impl Wake for Flag {
-    fn wake(self: Arc<Self>) {
-        self.0.store(true, Ordering::SeqCst);
     }
 }
 

@@ -374,3 +374,33 @@ impl Drop for Watchdog {
         drop(self.0.take());
     }
 }
+
+/// Runs `f` on a thread of its own and fails the test if it has not
+/// finished within `guard`: a lost wake-up, a livelock or a starved task
+/// hangs rather than fails. Only a hang guard; no result depends on it.
+pub fn guarded<T: Send + 'static>(
+    what: &str,
+    guard: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
+    });
+    match rx.recv_timeout(guard) {
+        Ok(Ok(v)) => v,
+        Ok(Err(panic)) => std::panic::resume_unwind(panic),
+        Err(_) => {
+            panic!("{what}: not done after {guard:?}: a lost wake-up, a livelock or a starved task")
+        }
+    }
+}
+
+/// A waker that records that it was woken.
+pub struct Flag(pub std::sync::atomic::AtomicBool);
+
+impl std::task::Wake for Flag {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
