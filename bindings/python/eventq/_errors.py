@@ -122,6 +122,9 @@ _TEXTS: dict[int, str] = {
 }
 
 
+_NO_TEXT = frozenset((_errno.EAGAIN, _errno.ETIMEDOUT, _errno.EPIPE))
+
+
 def last_error() -> str:
     """libeventq's text for the error the last call on this thread returned
     (the argument or condition behind the code), or "" without one."""
@@ -134,7 +137,8 @@ def error_for(rc: int, what: str | None = None) -> Error:
     made right after that call on the same thread, so that it carries the
     library's text for it (eventq_last_error) when there is one."""
     code = -rc
-    detail = last_error()
+    # The flow-control codes never carry a text: no second call for them.
+    detail = "" if code in _NO_TEXT else last_error()
     text = _TEXTS.get(code) or strerror(rc)
     if what:
         text = f"{what}: {text}"
