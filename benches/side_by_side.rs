@@ -2252,6 +2252,29 @@ fn main() {
                 Goal::AtMost(1.2, "x"),
             );
         }
+        method::verdict(
+            &mut o,
+            m,
+            "(5) 4P4C 8 B: blocking (Wait::Forever) / crossbeam (blocking send, recv)",
+            ratio(four_four, 8, Peer::EqBlock, Peer::Crossbeam),
+            Goal::AtLeast(0.8, "x"),
+        );
+        let pp_p50 = |k: PingPong| -> Vec<Option<f64>> {
+            pps.iter()
+                .position(|&x| x == k)
+                .map(|i| pp_res[i].iter().map(|r| r.map(|r| r.0)).collect())
+                .unwrap_or_default()
+        };
+        method::verdict(
+            &mut o,
+            m,
+            "(5) ping-pong round trip p50: blocking (Wait::Forever) / epoll + recv_into",
+            method::spread(&method::ratios(
+                &pp_p50(PingPong::EqBlocking),
+                &pp_p50(PingPong::EqEpoll),
+            )),
+            Goal::AtMost(1.5, "x"),
+        );
         let _ = writeln!(o, "earlier targets:");
         for (eq, name) in [
             (Peer::EqRecvInto, "recv_into"),

@@ -27,6 +27,14 @@ import sys
 # has the receivers spin on a claimed slot, and exceeds loom's branch
 # limit.
 MUTATIONS = [
+    ("a woken receive fd is not judged: it stays down with messages pending",
+     "src/chan/doorbell.rs",
+     "            self.awake.store(true, Ordering::SeqCst);\n            fence(Ordering::SeqCst);\n            loop {",
+     "            self.awake.store(true, Ordering::SeqCst);\n            fence(Ordering::SeqCst);\n            while ring.tail().latest().has(TAIL_CLOSED) {"),
+    ("the wake judges the queue before it marks the fd awake",
+     "src/chan/doorbell.rs",
+     '            self.awake.store(true, Ordering::SeqCst);\n            fence(Ordering::SeqCst);\n            loop {\n                let tail = ring.tail().latest();\n                let head = ring.head().latest();\n                if tail.has(TAIL_CLOSED) || tail.position() > head.position() {\n                    self.recv.raise();\n                    bells.recv += 1;\n                    break;\n                }\n                // Judged by `tail`: if a send moved it since, judge again.\n                if ring.tail().flip_if_unchanged(tail, TAIL_RECV_RAISED) {\n                    break;\n                }\n            }\n        }\n',
+     '            loop {\n                let tail = ring.tail().latest();\n                let head = ring.head().latest();\n                if tail.has(TAIL_CLOSED) || tail.position() > head.position() {\n                    self.recv.raise();\n                    bells.recv += 1;\n                    break;\n                }\n                // Judged by `tail`: if a send moved it since, judge again.\n                if ring.tail().flip_if_unchanged(tail, TAIL_RECV_RAISED) {\n                    break;\n                }\n            }\n            self.awake.store(true, Ordering::SeqCst);\n        }\n'),
     ("an emptying receive leaves the receive fd up",
      "src/chan/shared.rs",
      "self.bells.lower_recv_soon(&self.ring);",

@@ -24,6 +24,14 @@ fn chan(opts: Options) -> Chan {
     Chan::new(opts).expect("valid options")
 }
 
+/// A channel whose receive fd has been asked for, so it follows the queue
+/// from the start (until then it sleeps and no call writes it).
+fn polled(opts: Options) -> Chan {
+    let ch = chan(opts);
+    let _ = ch.recv_fd();
+    ch
+}
+
 /// Receives one message with `Wait::Never` by the given method (0: recv,
 /// 1: recv_into, 2: recv_batch of one).
 fn recv_by(ch: &Chan, method: usize) -> Got<Vec<u8>> {
@@ -868,7 +876,7 @@ fn wake_the_sender_whose_message_fits_when_bytes_free_up() {
 
 #[test]
 fn stats_count_exactly() {
-    let ch = chan(Options::new(10).max_bytes(1000));
+    let ch = polled(Options::new(10).max_bytes(1000));
     let st = ch.stats();
     let mut new = Stats::default(); // non-exhaustive: set, not built
     new.send_doorbell_rings = 1;
@@ -908,7 +916,7 @@ fn stats_count_exactly() {
 #[test]
 fn stats_burst_of_1000_sends_rings_the_recv_doorbell_once() {
     // One send at a time.
-    let ch = chan(Options::new(1000));
+    let ch = polled(Options::new(1000));
     for i in 0..1000u32 {
         ch.send(&i.to_le_bytes(), Wait::Never).unwrap();
     }
@@ -923,7 +931,7 @@ fn stats_burst_of_1000_sends_rings_the_recv_doorbell_once() {
     assert_eq!(ch.stats().recv_doorbell_rings, 2);
 
     // One batch.
-    let ch = chan(Options::new(1024));
+    let ch = polled(Options::new(1024));
     let msgs: Vec<[u8; 4]> = (0..1000u32).map(u32::to_le_bytes).collect();
     assert_eq!(
         ch.send_batch(msgs.iter().map(|m| &m[..]), Wait::Never)
@@ -933,7 +941,7 @@ fn stats_burst_of_1000_sends_rings_the_recv_doorbell_once() {
     assert_eq!(ch.stats().recv_doorbell_rings, 1);
 
     // From four threads at once, before anyone receives.
-    let ch = chan(Options::new(1000));
+    let ch = polled(Options::new(1000));
     let barrier = Barrier::new(4);
     thread::scope(|s| {
         for t in 0..4u32 {
@@ -953,6 +961,96 @@ fn stats_burst_of_1000_sends_rings_the_recv_doorbell_once() {
         (1000, 1000, 1)
     );
     assert!(recv_ready(&ch));
+}
+
+#[test]
+fn a_receive_fd_nobody_asked_for_is_never_written() {
+    // Blocking calls and polling calls alike: no doorbell syscall while
+    // nobody can poll the fd.
+    let ch = chan(Options::new(8));
+    for round in 0..3u8 {
+        ch.send(&[round], Wait::Never).unwrap();
+        ch.send_batch([&[round][..], &[round][..]], Wait::Never)
+            .unwrap();
+        assert_eq!(ch.recv(Wait::Forever).unwrap(), [round]);
+        let mut buf = [0u8; 8];
+        let mut lens = [0usize; 4];
+        assert_eq!(ch.recv_batch(&mut buf, &mut lens, Wait::Never).unwrap(), 2);
+        assert!(matches!(ch.recv(Wait::Never), Err(Error::WouldBlock)));
+    }
+    assert_eq!(ch.stats().recv_doorbell_rings, 0);
+    // Asked for with nothing pending: down, and the next send raises it.
+    assert!(!recv_ready(&ch));
+    assert_eq!(ch.stats().recv_doorbell_rings, 0);
+    ch.send(b"x", Wait::Never).unwrap();
+    assert!(recv_ready(&ch));
+    assert_eq!(ch.stats().recv_doorbell_rings, 1);
+    ch.recv(Wait::Never).unwrap();
+    assert!(!recv_ready(&ch), "the emptying receive lowers it");
+}
+
+#[test]
+fn a_receive_fd_asked_for_with_messages_pending_is_readable_at_once() {
+    // Level-triggered, edge-triggered (registered after the ask: its first
+    // event is the level), and after close.
+    let ch = chan(Options::new(8));
+    ch.send(b"a", Wait::Never).unwrap();
+    ch.send(b"b", Wait::Never).unwrap();
+    let fd = ch.recv_fd().as_raw_fd();
+    assert!(readable(fd));
+    assert_eq!(ch.stats().recv_doorbell_rings, 1);
+    let ep = fds::Epoll::new().unwrap();
+    ep.add(fd, (libc::EPOLLIN | libc::EPOLLET) as u32, 0)
+        .unwrap();
+    let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 1];
+    assert_eq!(ep.wait(&mut evs, Some(Duration::ZERO)).unwrap(), 1);
+    assert_eq!(ch.recv(Wait::Never).unwrap(), b"a");
+    assert_eq!(ch.recv(Wait::Never).unwrap(), b"b");
+    assert!(!readable(fd));
+    assert!(matches!(ch.recv(Wait::Never), Err(Error::WouldBlock)));
+    ch.send(b"c", Wait::Never).unwrap();
+    assert_eq!(ep.wait(&mut evs, Some(Duration::ZERO)).unwrap(), 1, "D9");
+
+    let closed = chan(Options::new(8));
+    closed.close();
+    assert!(recv_ready(&closed), "closed: readable (D4)");
+}
+
+#[test]
+fn a_receive_fd_asked_for_during_traffic_follows_the_queue() {
+    // Producers and consumers run while another thread asks for the fd;
+    // afterwards the fd matches the queue every time the calls stop.
+    for round in 0..200u64 {
+        // Fewer than the capacity: the producer never waits for room.
+        let ch = chan(Options::new(16));
+        let barrier = Barrier::new(3);
+        let n = 12u64;
+        thread::scope(|s| {
+            let (tx, rx, b) = (ch.clone(), ch.clone(), &barrier);
+            s.spawn(move || {
+                b.wait();
+                for i in 0..n {
+                    tx.send(&i.to_le_bytes(), Wait::Forever).unwrap();
+                }
+            });
+            s.spawn(move || {
+                b.wait();
+                // Takes some of them, leaving a round-dependent rest.
+                for _ in 0..(round % (n + 1)) {
+                    rx.recv(Wait::Forever).unwrap();
+                }
+            });
+            b.wait();
+            let _ = ch.recv_fd();
+        });
+        let st = ch.stats();
+        assert_eq!(
+            recv_ready(&ch),
+            st.pending > 0,
+            "round {round}: fd against {} pending",
+            st.pending
+        );
+    }
 }
 
 #[test]

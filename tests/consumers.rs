@@ -98,6 +98,7 @@ fn a_consumer_that_leaves_hands_its_wake_up_on_across_processes() {
 #[test]
 fn leaving_writes_the_fd_only_for_another_consumer() {
     let chan = Chan::new(Options::new(8)).unwrap();
+    let _ = chan.recv_fd(); // as the consumers' pollers would
     chan.send(b"x", Wait::Never).unwrap();
     let rings = chan.stats().recv_doorbell_rings;
     chan.consumer().leave();

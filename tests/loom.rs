@@ -51,12 +51,14 @@ fn assert_doorbells_match(chan: &Chan) {
     }
 }
 
-/// A channel with its send doorbell opened at once, as every handle's
-/// was before it was created on first use: these models check its
-/// transitions. (Its creation during traffic has models of its own.)
+/// A channel with both doorbells in use from the start: the send fd
+/// created and the receive fd awake, as when a poller asked for them
+/// first. These models check their transitions; their creation and waking
+/// during traffic have models of their own.
 fn opened(options: Options) -> Chan {
     let chan = Chan::new(options).unwrap();
     chan.open_send_bell();
+    chan.open_recv_bell();
     chan
 }
 
@@ -460,6 +462,7 @@ fn a_send_doorbell_created_during_traffic_starts_at_the_right_level() {
     // matches D5 as if it had existed all along.
     model3(|| {
         let chan = Chan::new(Options::new(1)).unwrap();
+        chan.open_recv_bell();
         let tx = chan.clone();
         let sender = thread::spawn(move || {
             let _ = tx.send(b"1", Wait::Never);
@@ -483,6 +486,7 @@ fn a_refused_sender_that_creates_the_send_fd_after_gets_an_edge() {
     // sender too the model took 78 s of `make test`.
     model(|| {
         let chan = Chan::new(Options::new(1)).unwrap();
+        chan.open_recv_bell();
         chan.send(b"1", Wait::Never).unwrap();
         let rx = chan.clone();
         let receiver = thread::spawn(move || rx.recv(Wait::Never).is_ok());
@@ -497,6 +501,43 @@ fn a_refused_sender_that_creates_the_send_fd_after_gets_an_edge() {
                 "edge: a refused sender got no event, with {s:?}"
             );
         }
+        assert_doorbells_match(&chan);
+    });
+}
+
+#[test]
+fn a_receive_fd_woken_as_a_receive_empties_the_queue_ends_down() {
+    // While the fd sleeps an emptying receive leaves it alone; the wake
+    // judges the queue. Whichever goes first, the fd ends down.
+    model(|| {
+        let chan = Chan::new(Options::new(2)).unwrap();
+        chan.open_send_bell();
+        chan.send(b"a", Wait::Never).unwrap();
+        let rx = chan.clone();
+        let receiver = thread::spawn(move || rx.recv(Wait::Never).unwrap());
+        chan.open_recv_bell();
+        assert_eq!(receiver.join().unwrap(), b"a");
+        assert_doorbells_match(&chan);
+    });
+}
+
+#[test]
+fn a_receive_fd_woken_as_a_send_fills_the_queue_ends_up_with_an_edge() {
+    // A send to a sleeping fd writes nothing; the wake raises it if the
+    // message is there, or the send does. An edge-triggered waiter that
+    // registers after the wake sees the message either way.
+    model(|| {
+        let chan = Chan::new(Options::new(2)).unwrap();
+        chan.open_send_bell();
+        let tx = chan.clone();
+        let sender = thread::spawn(move || tx.send(b"a", Wait::Never).unwrap());
+        chan.open_recv_bell();
+        let (seen, up) = chan.recv_fd_registered();
+        sender.join().unwrap();
+        assert!(
+            up || chan.doorbell_writes().0 > seen,
+            "edge: a waiter registered after the wake got no event"
+        );
         assert_doorbells_match(&chan);
     });
 }

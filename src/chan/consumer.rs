@@ -113,6 +113,10 @@ impl Chan {
     /// Counts a consumer in (a [`Consumer`], a loop source, or a C
     /// caller's); `consumer_leave` counts it out.
     pub(crate) fn consumer_enter(&self) {
+        // A consumer waits on the receive fd: it must follow the queue.
+        if let Inner::Local(sh) = &self.inner {
+            sh.bells.wake_recv(&sh.ring);
+        }
         self.consumers().fetch_add(1, Ordering::SeqCst);
     }
 

@@ -24,6 +24,17 @@
 //! follows is its event. Close, and a batch receive cut short at end of
 //! stream, refuse with an fd that stays up: they write it again
 //! ([`Edge::Always`]).
+//!
+//! The receive fd sleeps until its number is first asked for
+//! ([`Doorbells::recv_fd`]): until then nobody can poll it, so no call
+//! writes or reads it, and `TAIL_RECV_RAISED` stays set, so no send takes
+//! `bells`. A channel used only through blocking calls never pays a
+//! doorbell syscall. Waking it, under `bells`, judges the queue once: the
+//! fd is raised if messages are pending (or the channel closed), the flag
+//! cleared otherwise, and from then on the rules above hold. The wake and
+//! a receive that empties the queue each write one word (`awake`, `head`)
+//! then read the other across SeqCst, so either the wake sees the queue
+//! empty or the receive sees the fd awake and lowers it.
 
 #[cfg(not(loom))]
 use std::os::fd::{AsFd, BorrowedFd};
@@ -83,6 +94,9 @@ pub(super) struct Doorbells {
     /// A receive that emptied the queue found `bells` busy and left the
     /// lowering of the receive fd to its holder (`lower_recv_soon`).
     recv_recheck: AtomicBool,
+    /// The receive fd's number has been handed out: it follows the queue.
+    /// Set once, under `bells`.
+    awake: AtomicBool,
     recv: EventFd,
     /// Created under `bells` by the first call that asks for it, at the
     /// level `HEAD_SEND_LOWERED` gives: a channel polled only for input
@@ -91,24 +105,74 @@ pub(super) struct Doorbells {
 }
 
 impl Doorbells {
-    /// The doorbells of an empty, open channel: the receive fd down; the
-    /// send doorbell up (`HEAD_SEND_LOWERED` clear), a ring counted now.
-    pub(super) fn new() -> Result<Doorbells> {
+    /// The doorbells of an empty, open channel `ring`: the receive fd
+    /// asleep (down, its flag set in `ring`); the send doorbell up
+    /// (`HEAD_SEND_LOWERED` clear), a ring counted now.
+    pub(super) fn new(ring: &Ring) -> Result<Doorbells> {
+        ring.tail().set(TAIL_RECV_RAISED);
         Ok(Doorbells {
             bells: Mutex::new(Rings { recv: 0, send: 1 }),
             recv_recheck: AtomicBool::new(false),
+            awake: AtomicBool::new(false),
             recv: EventFd::new()?,
             send: OnceLock::new(),
         })
     }
 
+    /// The receive fd, woken first if it sleeps.
     #[cfg(not(loom))]
-    pub(super) fn recv_fd(&self) -> BorrowedFd<'_> {
+    pub(super) fn recv_fd(&self, ring: &Ring) -> BorrowedFd<'_> {
+        self.wake_recv(ring);
         self.recv.as_fd()
     }
 
-    pub(super) fn recv_raw_fd(&self) -> RawFd {
+    /// The receive fd's number, woken first if it sleeps.
+    pub(super) fn recv_raw_fd(&self, ring: &Ring) -> RawFd {
+        self.wake_recv(ring);
         self.recv.as_raw_fd()
+    }
+
+    /// Whether the receive fd still sleeps (nobody has its number). A
+    /// receiver that is about to park may spin first only then: with the
+    /// fd awake, a spinning receiver that catches up lowers and raises it
+    /// for each message.
+    pub(super) fn recv_asleep(&self) -> bool {
+        !self.awake.load(Ordering::Relaxed)
+    }
+
+    /// Wakes the receive fd: from now on it follows the queue. While it
+    /// slept its flag stayed set and the fd down; the queue is judged once
+    /// under `bells`, and either the fd goes up or the flag comes down.
+    pub(super) fn wake_recv(&self, ring: &Ring) {
+        if self.awake.load(Ordering::Acquire) {
+            return;
+        }
+        let mut bells = self.bells.lock();
+        if !self.awake.load(Ordering::Relaxed) {
+            self.awake.store(true, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            loop {
+                let tail = ring.tail().latest();
+                let head = ring.head().latest();
+                if tail.has(TAIL_CLOSED) || tail.position() > head.position() {
+                    self.recv.raise();
+                    bells.recv += 1;
+                    break;
+                }
+                // Judged by `tail`: if a send moved it since, judge again.
+                if ring.tail().flip_if_unchanged(tail, TAIL_RECV_RAISED) {
+                    break;
+                }
+            }
+        }
+        self.unlock(bells, ring);
+    }
+
+    /// Whether the receive fd is awake, read after the caller's own write
+    /// to the queue (a SeqCst RMW), for the wake's judgement to pair with.
+    fn awake_after_move(&self) -> bool {
+        fence(Ordering::SeqCst);
+        self.awake.load(Ordering::SeqCst)
     }
 
     /// The send fd if it has been asked for.
@@ -143,7 +207,14 @@ impl Doorbells {
     /// Makes the receive doorbell match the queue: raised iff messages are
     /// pending or the channel is closed; with `Edge::Always`, a raised fd is
     /// written even if it was up already. Returns whether it is raised.
+    /// While the fd sleeps nothing is written; the result is the level it
+    /// would have.
     pub(super) fn settle_recv(&self, ring: &Ring, edge: Edge) -> bool {
+        if !self.awake_after_move() {
+            let tail = ring.tail().load(Ordering::SeqCst);
+            let head = ring.head().load(Ordering::SeqCst);
+            return tail.has(TAIL_CLOSED) || tail.position() > head.position();
+        }
         let mut bells = self.bells.lock();
         let raised = self.settle_recv_held(&mut bells, ring, edge);
         self.unlock(bells, ring);
@@ -158,6 +229,9 @@ impl Doorbells {
     /// each written then read across a SeqCst fence, so either this call
     /// gets the lock or the holder sees the flag.
     pub(super) fn lower_recv_soon(&self, ring: &Ring) {
+        if !self.awake_after_move() {
+            return;
+        }
         self.recv_recheck.store(true, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         self.recheck_recv(ring);
@@ -393,5 +467,9 @@ impl Doorbells {
 
     pub(super) fn recv_writes(&self) -> u64 {
         self.recv.writes()
+    }
+
+    pub(super) fn recv_registered(&self) -> (u64, bool) {
+        self.recv.registered()
     }
 }

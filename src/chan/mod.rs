@@ -251,7 +251,7 @@ impl Chan {
     #[cfg(not(loom))]
     pub fn recv_fd(&self) -> BorrowedFd<'_> {
         match &self.inner {
-            Inner::Local(sh) => sh.bells.recv_fd(),
+            Inner::Local(sh) => sh.bells.recv_fd(&sh.ring),
             Inner::Process(p) => p.poll_fd(process::Direction::Recv),
         }
     }
@@ -279,7 +279,7 @@ impl Chan {
     /// doorbells have no fd).
     pub(crate) fn recv_raw_fd(&self) -> RawFd {
         match &self.inner {
-            Inner::Local(sh) => sh.bells.recv_raw_fd(),
+            Inner::Local(sh) => sh.bells.recv_raw_fd(&sh.ring),
             #[cfg(not(loom))]
             Inner::Process(p) => p.poll_fd(process::Direction::Recv).as_raw_fd(),
             #[cfg(loom)]

@@ -15,6 +15,13 @@ impl Chan {
         }
     }
 
+    /// Wakes the receive doorbell, as the first `recv_fd` does.
+    pub fn open_recv_bell(&self) {
+        if let Inner::Local(sh) = &self.inner {
+            sh.bells.wake_recv(&sh.ring);
+        }
+    }
+
     /// What an edge-triggered waiter registering the send fd now has seen:
     /// its writes so far and whether it is raised (an event at
     /// registration). The send doorbell must have been opened.
@@ -22,6 +29,15 @@ impl Chan {
         match &self.inner {
             Inner::Local(sh) => sh.bells.opened_send().registered(),
             Inner::Process(_) => unreachable!("a process-shared channel's send fd is made with it"),
+        }
+    }
+
+    /// What an edge-triggered waiter registering the receive fd now has
+    /// seen (as `send_fd_registered`).
+    pub fn recv_fd_registered(&self) -> (u64, bool) {
+        match &self.inner {
+            Inner::Local(sh) => sh.bells.recv_registered(),
+            Inner::Process(_) => unreachable!("in-process doorbells only"),
         }
     }
 

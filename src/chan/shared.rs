@@ -9,7 +9,7 @@ use super::doorbell::{Doorbells, Edge, HEAD_SEND_LOWERED, TAIL_RECV_RAISED};
 use super::options::{DropFn, Stats, Wait};
 use super::parking::{Deadline, Parking, HEAD_SEND_WAITERS, TAIL_RECV_WAITERS};
 use super::ring::{Claimed, Flags, Payload, Pop, PushError, Ring, Word, TAIL_CLOSED};
-use super::shim::{AtomicUsize, Ordering};
+use super::shim::{AtomicUsize, Ordering, Spin};
 use crate::error::{Error, Result};
 
 /// The `head` flags that call for work when the queue drains to low water.
@@ -97,9 +97,10 @@ pub(super) fn copy_out(m: Payload<'_>, buf: &mut [u8]) -> usize {
 
 impl Shared {
     pub(super) fn new(ring: Ring, on_drop: Option<DropFn>) -> Result<Shared> {
+        let bells = Doorbells::new(&ring)?;
         Ok(Shared {
             ring,
-            bells: Doorbells::new()?,
+            bells,
             parking: Parking::new(),
             consumers: AtomicUsize::new(0),
             on_drop,
@@ -153,6 +154,7 @@ impl Shared {
         take: &mut impl FnMut(Payload<'_>) -> T,
     ) -> Result<Claimed<T>> {
         let mut deadline = None;
+        let mut spin = Spin::new();
         loop {
             match self.ring.pop(&accept, &mut *take) {
                 Pop::Took(c) => return Ok(c),
@@ -168,6 +170,9 @@ impl Shared {
                             continue;
                         }
                         return Err(e);
+                    }
+                    if self.bells.recv_asleep() && spin.again() {
+                        continue;
                     }
                     self.parking.wait_for_message(&self.ring, deadline);
                 }
