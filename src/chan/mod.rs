@@ -248,6 +248,11 @@ impl Chan {
     /// Of a process-shared channel it is an epoll fd, readable also once
     /// the other process is gone; the kernel refuses `EPOLLEXCLUSIVE` on it,
     /// so there every consumer wakes.
+    ///
+    /// Until the first call (of this, `AsFd`, or a loop or `Consumer`
+    /// taking the channel) the fd is not kept in step, since nobody can
+    /// poll it: a channel used only through blocking calls costs no eventfd
+    /// syscalls. The first call brings it up to date.
     #[cfg(not(loom))]
     pub fn recv_fd(&self) -> BorrowedFd<'_> {
         match &self.inner {

@@ -180,7 +180,10 @@ pub struct Stats {
     /// one at close, one per receive that reports end of stream (or a batch
     /// that ends short at it), and one when a loop source that leaves
     /// messages behind passes the wake-up on to another loop (D4, D6, D9).
-    /// Compare with `sent` to see the wakeup economy.
+    /// Counted from the first time the fd is asked for (`recv_fd`, a loop
+    /// source, a `Consumer`; one write then if messages are pending):
+    /// before that nobody can poll it and nothing writes it. Compare with
+    /// `sent` to see the wakeup economy.
     pub recv_doorbell_rings: u64,
     /// Writes to the send eventfd: one at creation, one per drain to the
     /// low-water mark after the queue was full (or refused a send),

@@ -436,6 +436,11 @@ pub extern "C" fn eventq_chan_free_final(
 /// fd, readable also once the other process is gone; the kernel refuses
 /// EPOLLEXCLUSIVE on an epoll fd, so there every consumer wakes.
 ///
+/// Until the first call the fd is not kept in step (nobody can poll it), so
+/// a channel used only through blocking calls costs no eventfd syscalls;
+/// the first call brings it up to date, and it follows the queue from then
+/// on.
+///
 /// Thread safety: any thread.
 #[no_mangle]
 pub extern "C" fn eventq_chan_recv_fd(chan: *const eventq_chan) -> c_int {
