@@ -25,7 +25,7 @@
 
 use super::options::Limits;
 use super::shim::{fence, AtomicU64, Backoff, Ordering};
-use super::slots::{Buffers, RingState, SlotRef, INLINE_MAX};
+use super::slots::{Buffers, PayloadWord, RingState, SlotRef, INLINE_MAX, INLINE_WORDS};
 
 /// Flag bits below the position in `tail` and `head`.
 const FLAG_BITS: u32 = 3;
@@ -132,17 +132,67 @@ const SPARE_BUF_MAX: usize = 64 * 1024;
 
 /// A message as a receiver gets it, still in its slot.
 pub(super) enum Payload<'a> {
-    /// Copied out of the slot's words.
-    Inline(&'a [u8]),
+    /// In the slot's words, copied straight to where the receiver wants it.
+    Inline(Inline<'a>),
     /// The slot's heap buffer; taking it leaves the slot to allocate anew.
     Heap(&'a mut Vec<u8>),
 }
 
+/// An inline message: the slot's words and its length (at most
+/// `INLINE_MAX`).
+pub(super) struct Inline<'a> {
+    words: &'a [PayloadWord; INLINE_WORDS],
+    len: usize,
+}
+
+impl Inline<'_> {
+    /// Copies the message to the front of `buf` (at least `len` long): whole
+    /// words, then the bytes of the last, with no buffer in between.
+    #[inline(always)]
+    pub(super) fn copy_to(&self, buf: &mut [u8]) {
+        let buf = &mut buf[..self.len];
+        let mut chunks = buf.chunks_exact_mut(8);
+        for (chunk, word) in (&mut chunks).zip(self.words) {
+            chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
+        }
+        let rest = chunks.into_remainder();
+        if !rest.is_empty() {
+            // The bytes past `len` are the stored word's padding.
+            let word = self.words[self.len / 8].load(Ordering::Relaxed);
+            rest.copy_from_slice(&word.to_ne_bytes()[..rest.len()]);
+        }
+    }
+
+    /// The message, copied to a buffer on the stack, to `f`.
+    fn with_bytes<T>(&self, f: impl FnOnce(&[u8]) -> T) -> T {
+        let mut out = [0u8; INLINE_MAX];
+        self.copy_to(&mut out);
+        f(&out[..self.len])
+    }
+}
+
 impl Payload<'_> {
-    pub(super) fn bytes(&self) -> &[u8] {
+    pub(super) fn len(&self) -> usize {
         match self {
-            Payload::Inline(b) => b,
-            Payload::Heap(v) => v,
+            Payload::Inline(m) => m.len,
+            Payload::Heap(v) => v.len(),
+        }
+    }
+
+    /// Copies the message to the front of `buf` (at least `len()` long).
+    #[inline(always)]
+    pub(super) fn copy_to(&self, buf: &mut [u8]) {
+        match self {
+            Payload::Inline(m) => m.copy_to(buf),
+            Payload::Heap(v) => buf[..v.len()].copy_from_slice(v),
+        }
+    }
+
+    /// The message to `f`.
+    pub(super) fn with_bytes<T>(&self, f: impl FnOnce(&[u8]) -> T) -> T {
+        match self {
+            Payload::Inline(m) => m.with_bytes(f),
+            Payload::Heap(v) => f(v),
         }
     }
 
@@ -150,7 +200,11 @@ impl Payload<'_> {
     /// one, a new one for an inline message.
     pub(super) fn into_vec(self) -> Vec<u8> {
         match self {
-            Payload::Inline(b) => b.to_vec(),
+            Payload::Inline(m) => {
+                let mut v = vec![0; m.len];
+                m.copy_to(&mut v);
+                v
+            }
             Payload::Heap(v) => std::mem::take(v),
         }
     }
@@ -327,18 +381,10 @@ impl Ring {
         take: &mut impl FnMut(Payload<'_>) -> T,
     ) -> T {
         if len <= INLINE_MAX {
-            let mut out = [0u8; INLINE_MAX];
-            // Every word the message touches, whole: the bytes past `len`
-            // are the stored word's padding and are not handed out.
-            for (word, chunk) in slot
-                .inline
-                .iter()
-                .zip(out.chunks_exact_mut(8))
-                .take(len.div_ceil(8))
-            {
-                chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
-            }
-            take(Payload::Inline(&out[..len]))
+            take(Payload::Inline(Inline {
+                words: slot.inline,
+                len,
+            }))
         } else {
             let mut buf = self.bufs.get(self.index(pos)).lock();
             let value = take(Payload::Heap(&mut buf));
@@ -540,7 +586,7 @@ impl Ring {
         for p in head..tail {
             let (slot, _) = self.slot(p);
             let len = slot.len.load(Ordering::Relaxed) as usize;
-            self.read(&slot, p, len, &mut |m: Payload<'_>| f(m.bytes()));
+            self.read(&slot, p, len, &mut |m: Payload<'_>| m.with_bytes(&mut f));
         }
         tail - head
     }

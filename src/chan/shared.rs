@@ -89,9 +89,9 @@ impl Popped {
 
 /// Copies a received message to the front of `buf` (which the caller
 /// checked is long enough) and returns its length.
+#[inline(always)]
 pub(super) fn copy_out(m: Payload<'_>, buf: &mut [u8]) -> usize {
-    let m = m.bytes();
-    buf[..m.len()].copy_from_slice(m);
+    m.copy_to(buf);
     m.len()
 }
 
