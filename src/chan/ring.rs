@@ -552,18 +552,32 @@ impl Ring {
     }
 
     /// Records the depth a send ending at position `end` (exclusive) saw, if
-    /// it is a new peak. Read off slot stamps rather than the head, whose
-    /// line every receive writes: the depth at the send's last message
-    /// exceeds the peak iff the message `peak` places before it is still
-    /// queued; only then (at most once per new peak) is the head read.
-    pub(super) fn record_peak(&self, end: u64) {
+    /// it is a new peak, and returns whether the ring is full at `end` (the
+    /// slot of message `end` still holds message `end - cap`).
+    ///
+    /// The peak is read off slot stamps rather than the head, whose line
+    /// every receive writes: the depth at the send's last message exceeds
+    /// the peak iff the message `peak` places before it is still queued;
+    /// only then (at most once per new peak) is the head read. The same
+    /// stamp answers the full check: if that message was received, the head
+    /// is past it, so at most `peak < cap` messages lie before `end` and the
+    /// ring is not full there. One slot is read, not two, unless the peak is
+    /// new or has reached the capacity; then the full check reads the slot
+    /// of message `end`, the line the next send reads anyway.
+    #[inline(always)]
+    pub(super) fn record_peak_is_full(&self, end: u64) -> bool {
         let peak = self.state.peak().load(Ordering::Relaxed);
-        if peak < self.cap && end > peak && !self.is_free_for(end - 1 - peak + self.cap) {
+        if peak < self.cap {
+            // The head is at or past 0: at most `end <= peak` queued.
+            if end <= peak || self.is_free_for(end - 1 - peak + self.cap) {
+                return false;
+            }
             let head = self.head().load(Ordering::Relaxed).position();
             // A head read late only overstates the depth; capped at capacity.
             let depth = end.saturating_sub(head).min(self.cap);
             self.state.peak().fetch_max(depth, Ordering::Relaxed);
         }
+        !self.is_free_for(end)
     }
 
     /// The most messages ever queued at once (a recent value).

@@ -201,10 +201,7 @@ impl Shared {
             self.settle_recv(Edge::OnRaise);
         }
         let end = p.last_pos + 1;
-        self.ring.record_peak(end);
-        // Full iff the slot of the next message still holds the one `cap`
-        // before it: the line the next send reads anyway.
-        let full = !self.ring.is_free_for(end);
+        let full = self.ring.record_peak_is_full(end);
         let bytes_full = self.ring.byte_limited() && self.ring.is_full(0, self.ring.bytes());
         if (full || bytes_full) && !p.refused {
             self.settle_send(None);
