@@ -436,6 +436,7 @@ impl Ring {
 
     /// Queues a copy of `msg` unless the ring is full or closed (its bytes,
     /// under a byte limit, reserved first).
+    #[inline(always)]
     pub(super) fn push(&self, msg: &[u8]) -> Result<Claimed<()>, PushError> {
         if msg.len() > INLINE_MAX && !self.bufs.ensure(self.cap as usize) {
             return Err(PushError::NoMemory);

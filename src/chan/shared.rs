@@ -125,8 +125,11 @@ impl Shared {
     }
 
     /// Queues `msg` if there is room: bytes under the limit, then a slot.
+    /// Inlined, with the claim in registers; without a byte limit it is the
+    /// ring's push alone.
+    #[inline(always)]
     pub(super) fn try_push(&self, msg: &[u8]) -> Result<Claimed<()>, PushError> {
-        if !self.ring.reserve_bytes(msg.len())? {
+        if !self.ring.byte_limited() || !self.ring.reserve_bytes(msg.len())? {
             return self.ring.push(msg);
         }
         let pushed = self.ring.push(msg);
