@@ -195,7 +195,9 @@ impl Shared {
         self.settle_recv(Edge::Always);
     }
 
-    /// Doorbells and wake-ups after a send call queued messages.
+    /// Doorbells and wake-ups after a send call queued messages. Inlined
+    /// (the doorbell work it calls is not), so `Pushed` stays in registers.
+    #[inline(always)]
     pub(super) fn after_push(&self, p: &Pushed) {
         if p.n == 0 {
             return;
