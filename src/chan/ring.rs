@@ -347,28 +347,35 @@ impl Ring {
 
     /// Stores message `pos` in `slot`, its slot (the caller's by the
     /// stamp), which the claim found: indexed once per message.
+    /// Inlined into the push, the long-message branch kept out of line.
+    #[inline(always)]
     fn write(&self, slot: &SlotRef<'_>, pos: u64, msg: &[u8]) {
         if msg.len() <= INLINE_MAX {
             // Whole words apart from the tail, so the compiler emits plain
             // moves rather than a memcpy call per word.
-            let whole = msg.chunks_exact(8);
-            let tail = whole.remainder();
             let n = msg.len() / 8;
-            for (word, chunk) in slot.inline.iter().zip(whole) {
-                let w: [u8; 8] = chunk.try_into().expect("8-byte chunk");
+            for (k, word) in slot.inline.iter().enumerate().take(n) {
+                let w: [u8; 8] = msg[8 * k..8 * k + 8].try_into().expect("8 bytes");
                 word.store(u64::from_ne_bytes(w), Ordering::Relaxed);
             }
+            let tail = &msg[8 * n..];
             if !tail.is_empty() {
                 let mut w = [0u8; 8];
                 w[..tail.len()].copy_from_slice(tail);
                 slot.inline[n].store(u64::from_ne_bytes(w), Ordering::Relaxed);
             }
         } else {
-            let mut buf = self.bufs.get(self.index(pos)).lock();
-            buf.clear();
-            buf.extend_from_slice(msg);
+            self.write_long(pos, msg);
         }
         slot.len.store(msg.len() as u64, Ordering::Relaxed);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn write_long(&self, pos: u64, msg: &[u8]) {
+        let mut buf = self.bufs.get(self.index(pos)).lock();
+        buf.clear();
+        buf.extend_from_slice(msg);
     }
 
     /// Hands message `pos`, `len` bytes long, in `slot` (the caller's by
