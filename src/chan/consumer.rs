@@ -70,8 +70,8 @@ impl Chan {
         while n < max {
             let mut inline = [0u8; INLINE_MAX];
             let mut take = |m: Payload<'_>| match m {
-                Payload::Inline(b) => {
-                    inline[..b.len()].copy_from_slice(b);
+                Payload::Inline(m) => {
+                    m.copy_to(&mut inline);
                     false
                 }
                 Payload::Heap(v) => {

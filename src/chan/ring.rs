@@ -25,7 +25,7 @@
 
 use super::options::Limits;
 use super::shim::{fence, AtomicU64, Backoff, Ordering};
-use super::slots::{Buffers, RingState, SlotRef, INLINE_MAX};
+use super::slots::{Buffers, PayloadWord, RingState, SlotRef, INLINE_MAX, INLINE_WORDS};
 
 /// Flag bits below the position in `tail` and `head`.
 const FLAG_BITS: u32 = 3;
@@ -132,17 +132,67 @@ const SPARE_BUF_MAX: usize = 64 * 1024;
 
 /// A message as a receiver gets it, still in its slot.
 pub(super) enum Payload<'a> {
-    /// Copied out of the slot's words.
-    Inline(&'a [u8]),
+    /// In the slot's words, copied straight to where the receiver wants it.
+    Inline(Inline<'a>),
     /// The slot's heap buffer; taking it leaves the slot to allocate anew.
     Heap(&'a mut Vec<u8>),
 }
 
+/// An inline message: the slot's words and its length (at most
+/// `INLINE_MAX`).
+pub(super) struct Inline<'a> {
+    words: &'a [PayloadWord; INLINE_WORDS],
+    len: usize,
+}
+
+impl Inline<'_> {
+    /// Copies the message to the front of `buf` (at least `len` long): whole
+    /// words, then the bytes of the last, with no buffer in between.
+    #[inline(always)]
+    pub(super) fn copy_to(&self, buf: &mut [u8]) {
+        let buf = &mut buf[..self.len];
+        let mut chunks = buf.chunks_exact_mut(8);
+        for (chunk, word) in (&mut chunks).zip(self.words) {
+            chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
+        }
+        let rest = chunks.into_remainder();
+        if !rest.is_empty() {
+            // The bytes past `len` are the stored word's padding.
+            let word = self.words[self.len / 8].load(Ordering::Relaxed);
+            rest.copy_from_slice(&word.to_ne_bytes()[..rest.len()]);
+        }
+    }
+
+    /// The message, copied to a buffer on the stack, to `f`.
+    fn with_bytes<T>(&self, f: impl FnOnce(&[u8]) -> T) -> T {
+        let mut out = [0u8; INLINE_MAX];
+        self.copy_to(&mut out);
+        f(&out[..self.len])
+    }
+}
+
 impl Payload<'_> {
-    pub(super) fn bytes(&self) -> &[u8] {
+    pub(super) fn len(&self) -> usize {
         match self {
-            Payload::Inline(b) => b,
-            Payload::Heap(v) => v,
+            Payload::Inline(m) => m.len,
+            Payload::Heap(v) => v.len(),
+        }
+    }
+
+    /// Copies the message to the front of `buf` (at least `len()` long).
+    #[inline(always)]
+    pub(super) fn copy_to(&self, buf: &mut [u8]) {
+        match self {
+            Payload::Inline(m) => m.copy_to(buf),
+            Payload::Heap(v) => buf[..v.len()].copy_from_slice(v),
+        }
+    }
+
+    /// The message to `f`.
+    pub(super) fn with_bytes<T>(&self, f: impl FnOnce(&[u8]) -> T) -> T {
+        match self {
+            Payload::Inline(m) => m.with_bytes(f),
+            Payload::Heap(v) => f(v),
         }
     }
 
@@ -150,7 +200,11 @@ impl Payload<'_> {
     /// one, a new one for an inline message.
     pub(super) fn into_vec(self) -> Vec<u8> {
         match self {
-            Payload::Inline(b) => b.to_vec(),
+            Payload::Inline(m) => {
+                let mut v = vec![0; m.len];
+                m.copy_to(&mut v);
+                v
+            }
             Payload::Heap(v) => std::mem::take(v),
         }
     }
@@ -293,28 +347,35 @@ impl Ring {
 
     /// Stores message `pos` in `slot`, its slot (the caller's by the
     /// stamp), which the claim found: indexed once per message.
+    /// Inlined into the push, the long-message branch kept out of line.
+    #[inline(always)]
     fn write(&self, slot: &SlotRef<'_>, pos: u64, msg: &[u8]) {
         if msg.len() <= INLINE_MAX {
             // Whole words apart from the tail, so the compiler emits plain
             // moves rather than a memcpy call per word.
-            let whole = msg.chunks_exact(8);
-            let tail = whole.remainder();
             let n = msg.len() / 8;
-            for (word, chunk) in slot.inline.iter().zip(whole) {
-                let w: [u8; 8] = chunk.try_into().expect("8-byte chunk");
+            for (k, word) in slot.inline.iter().enumerate().take(n) {
+                let w: [u8; 8] = msg[8 * k..8 * k + 8].try_into().expect("8 bytes");
                 word.store(u64::from_ne_bytes(w), Ordering::Relaxed);
             }
+            let tail = &msg[8 * n..];
             if !tail.is_empty() {
                 let mut w = [0u8; 8];
                 w[..tail.len()].copy_from_slice(tail);
                 slot.inline[n].store(u64::from_ne_bytes(w), Ordering::Relaxed);
             }
         } else {
-            let mut buf = self.bufs.get(self.index(pos)).lock();
-            buf.clear();
-            buf.extend_from_slice(msg);
+            self.write_long(pos, msg);
         }
         slot.len.store(msg.len() as u64, Ordering::Relaxed);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn write_long(&self, pos: u64, msg: &[u8]) {
+        let mut buf = self.bufs.get(self.index(pos)).lock();
+        buf.clear();
+        buf.extend_from_slice(msg);
     }
 
     /// Hands message `pos`, `len` bytes long, in `slot` (the caller's by
@@ -327,18 +388,10 @@ impl Ring {
         take: &mut impl FnMut(Payload<'_>) -> T,
     ) -> T {
         if len <= INLINE_MAX {
-            let mut out = [0u8; INLINE_MAX];
-            // Every word the message touches, whole: the bytes past `len`
-            // are the stored word's padding and are not handed out.
-            for (word, chunk) in slot
-                .inline
-                .iter()
-                .zip(out.chunks_exact_mut(8))
-                .take(len.div_ceil(8))
-            {
-                chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
-            }
-            take(Payload::Inline(&out[..len]))
+            take(Payload::Inline(Inline {
+                words: slot.inline,
+                len,
+            }))
         } else {
             let mut buf = self.bufs.get(self.index(pos)).lock();
             let value = take(Payload::Heap(&mut buf));
@@ -390,6 +443,7 @@ impl Ring {
 
     /// Queues a copy of `msg` unless the ring is full or closed (its bytes,
     /// under a byte limit, reserved first).
+    #[inline(always)]
     pub(super) fn push(&self, msg: &[u8]) -> Result<Claimed<()>, PushError> {
         if msg.len() > INLINE_MAX && !self.bufs.ensure(self.cap as usize) {
             return Err(PushError::NoMemory);
@@ -506,18 +560,32 @@ impl Ring {
     }
 
     /// Records the depth a send ending at position `end` (exclusive) saw, if
-    /// it is a new peak. Read off slot stamps rather than the head, whose
-    /// line every receive writes: the depth at the send's last message
-    /// exceeds the peak iff the message `peak` places before it is still
-    /// queued; only then (at most once per new peak) is the head read.
-    pub(super) fn record_peak(&self, end: u64) {
+    /// it is a new peak, and returns whether the ring is full at `end` (the
+    /// slot of message `end` still holds message `end - cap`).
+    ///
+    /// The peak is read off slot stamps rather than the head, whose line
+    /// every receive writes: the depth at the send's last message exceeds
+    /// the peak iff the message `peak` places before it is still queued;
+    /// only then (at most once per new peak) is the head read. The same
+    /// stamp answers the full check: if that message was received, the head
+    /// is past it, so at most `peak < cap` messages lie before `end` and the
+    /// ring is not full there. One slot is read, not two, unless the peak is
+    /// new or has reached the capacity; then the full check reads the slot
+    /// of message `end`, the line the next send reads anyway.
+    #[inline(always)]
+    pub(super) fn record_peak_is_full(&self, end: u64) -> bool {
         let peak = self.state.peak().load(Ordering::Relaxed);
-        if peak < self.cap && end > peak && !self.is_free_for(end - 1 - peak + self.cap) {
+        if peak < self.cap {
+            // The head is at or past 0: at most `end <= peak` queued.
+            if end <= peak || self.is_free_for(end - 1 - peak + self.cap) {
+                return false;
+            }
             let head = self.head().load(Ordering::Relaxed).position();
             // A head read late only overstates the depth; capped at capacity.
             let depth = end.saturating_sub(head).min(self.cap);
             self.state.peak().fetch_max(depth, Ordering::Relaxed);
         }
+        !self.is_free_for(end)
     }
 
     /// The most messages ever queued at once (a recent value).
@@ -540,7 +608,7 @@ impl Ring {
         for p in head..tail {
             let (slot, _) = self.slot(p);
             let len = slot.len.load(Ordering::Relaxed) as usize;
-            self.read(&slot, p, len, &mut |m: Payload<'_>| f(m.bytes()));
+            self.read(&slot, p, len, &mut |m: Payload<'_>| m.with_bytes(&mut f));
         }
         tail - head
     }

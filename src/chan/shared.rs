@@ -89,9 +89,9 @@ impl Popped {
 
 /// Copies a received message to the front of `buf` (which the caller
 /// checked is long enough) and returns its length.
+#[inline(always)]
 pub(super) fn copy_out(m: Payload<'_>, buf: &mut [u8]) -> usize {
-    let m = m.bytes();
-    buf[..m.len()].copy_from_slice(m);
+    m.copy_to(buf);
     m.len()
 }
 
@@ -126,8 +126,11 @@ impl Shared {
     }
 
     /// Queues `msg` if there is room: bytes under the limit, then a slot.
+    /// Inlined, with the claim in registers; without a byte limit it is the
+    /// ring's push alone.
+    #[inline(always)]
     pub(super) fn try_push(&self, msg: &[u8]) -> Result<Claimed<()>, PushError> {
-        if !self.ring.reserve_bytes(msg.len())? {
+        if !self.ring.byte_limited() || !self.ring.reserve_bytes(msg.len())? {
             return self.ring.push(msg);
         }
         let pushed = self.ring.push(msg);
@@ -197,7 +200,9 @@ impl Shared {
         self.settle_recv(Edge::Always);
     }
 
-    /// Doorbells and wake-ups after a send call queued messages.
+    /// Doorbells and wake-ups after a send call queued messages. Inlined
+    /// (the doorbell work it calls is not), so `Pushed` stays in registers.
+    #[inline(always)]
     pub(super) fn after_push(&self, p: &Pushed) {
         if p.n == 0 {
             return;
@@ -206,10 +211,7 @@ impl Shared {
             self.settle_recv(Edge::OnRaise);
         }
         let end = p.last_pos + 1;
-        self.ring.record_peak(end);
-        // Full iff the slot of the next message still holds the one `cap`
-        // before it: the line the next send reads anyway.
-        let full = !self.ring.is_free_for(end);
+        let full = self.ring.record_peak_is_full(end);
         let bytes_full = self.ring.byte_limited() && self.ring.is_full(0, self.ring.bytes());
         if (full || bytes_full) && !p.refused {
             self.settle_send(None);

@@ -27,7 +27,7 @@ pub(super) type PayloadWord = std::sync::atomic::AtomicU64;
 
 /// Words per line: a slot is its stamp, its length and six payload words.
 const LINE_WORDS: usize = 8;
-const INLINE_WORDS: usize = LINE_WORDS - 2;
+pub(super) const INLINE_WORDS: usize = LINE_WORDS - 2;
 
 /// Messages up to this long are stored in the slot itself.
 pub(super) const INLINE_MAX: usize = INLINE_WORDS * 8;
