@@ -678,6 +678,11 @@ int eventq_chan_free_final(struct eventq_chan *chan, struct eventq_chan_stats *o
  * fd, readable also once the other process is gone; the kernel refuses
  * EPOLLEXCLUSIVE on an epoll fd, so there every consumer wakes.
  *
+ * Until the first call the fd is not kept in step (nobody can poll it), so
+ * a channel used only through blocking calls costs no eventfd syscalls;
+ * the first call brings it up to date, and it follows the queue from then
+ * on.
+ *
  * Thread safety: any thread.
  */
 int eventq_chan_recv_fd(const struct eventq_chan *chan);
