@@ -124,6 +124,10 @@
 BENCH_ARGS    ?=
 BENCH_QUICK   ?= 0
 QUICK_ARG   := $(if $(filter 1,$(BENCH_QUICK)),--quick)
+# Rounds of make bench: every bench once per round, a fresh process each.
+BENCH_ROUNDS  ?= $(if $(QUICK_ARG),3,5)
+# More options of benches/rounds.py, e.g. --verbose (each bench's progress).
+ROUNDS_ARGS   ?=
 BLOCKING_ARGS ?=
 ASYNC_ARGS    ?=
 PEERS_ARGS    ?=
@@ -141,20 +145,28 @@ IPC_IOX_DIR := benches/ipc-iceoryx2
 IPC_WAKES_ARGS ?= 1000 8 1000
 IPC_WAKES_BIN  := $(BUILD)/bench-ipc/empty_wakes
 
-.PHONY: bench bench-quick bench-plan bench-blocking bench-async bench-peers bench-ipc bench-ipc-iceoryx2 bench-ipc-wakes bench-go bench-go-micro \
+.PHONY: bench bench-quick bench-blocking bench-async bench-peers bench-ipc bench-ipc-iceoryx2 bench-ipc-wakes bench-go bench-go-micro \
         bench-python
 
-# The prerequisites run first, in this order.
-bench: bench-plan bench-blocking bench-async bench-peers bench-ipc | need-cargo
-	$(CARGO) bench --bench side_by_side -- $(QUICK_ARG) $(BENCH_ARGS)
+# The C programs are built as prerequisites and the cargo benches by the
+# driver, all before its first round; footprint runs once, after it.
+bench: $(PEERS_BIN) $(IPC_BIN) | need-cargo need-python3
+	$(PYTHON3) benches/rounds.py --rounds $(BENCH_ROUNDS) $(QUICK_ARG) --cargo "$(CARGO)" \
+	  --round-seconds $(if $(QUICK_ARG),50,120) \
+	  --cargo-bench "blocking=--bench blocking -- $(BLOCKING_ARGS)" \
+	  --cargo-bench "async_peers=--features tokio --bench async_peers -- $(ASYNC_ARGS)" \
+	  --quick-args "async_peers=--seconds 0.2" \
+	  --bench "peers=$(PEERS_BIN) $(PEERS_ARGS)" \
+	  --bench "ipc=$(IPC_BIN) $(IPC_ARGS)" \
+	  --cargo-bench "side_by_side=--bench side_by_side -- $(BENCH_ARGS)" \
+	  $(ROUNDS_ARGS)
 	$(CARGO) bench --bench footprint
+ifeq ($(IPC_ICEORYX2),1)
+	$(MAKE) bench-ipc-iceoryx2
+endif
 
 bench-quick:
 	$(MAKE) bench BENCH_QUICK=1
-
-bench-plan:
-	@echo 'make bench$(if $(QUICK_ARG), (quick)): blocking, async, peers, ipc, side_by_side, footprint;' \
-	  'expect about $(if $(QUICK_ARG),3,10) minutes on 2 CPUs after the builds (each bench prints its plan)'
 
 bench-blocking: | need-cargo
 	$(CARGO) bench --bench blocking -- $(QUICK_ARG) $(BLOCKING_ARGS)
@@ -205,6 +217,11 @@ bench-go-micro: $(TEST_STAMP) | need-go
 
 bench-python: $(PY_VENV)/.installed $(TEST_STAMP)
 	cd $(BUILD) && $(PY_ENV) $(PY) $(CURDIR)/$(PY_DIR)/bench/handoff.py $(BENCH_PY_ARGS)
+
+# Stage: the rounds driver (benches/rounds.py) against fake benches: the
+# per-round figures pooled, the verdicts, a missing round, a failing bench.
+stage-bench-rounds: | need-python3
+	$(PYTHON3) benches/test_rounds.py
 
 # Stage: side_by_side and footprint with tiny counts.
 stage-bench-smoke: | need-cargo
