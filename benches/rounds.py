@@ -314,11 +314,13 @@ class Runner:
             try:
                 rc = self.child.wait(timeout=self.opts.timeout)
             except subprocess.TimeoutExpired:
+                rc = None
+            finally:
+                # Also on Ctrl-C: the bench is in a session of its own.
                 self.kill()
                 self.child.wait()
-                rc = None
-            pump.join()
-            self.child = None
+                pump.join()
+                self.child = None
         secs = time.monotonic() - t0
         with open(path, "rb") as f:
             text = f.read().decode("utf-8", "replace")
@@ -334,6 +336,7 @@ class Runner:
         pipe.close()
 
     def kill(self):
+        """Kills a bench that is still running, and what it forked."""
         c = self.child
         if c is not None and c.poll() is None:
             try:
@@ -409,6 +412,10 @@ def summarize(benches, results, rounds, quick):
     return lines, records
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(
         description="Runs every bench in fresh processes, round by round, and judges the targets "
@@ -476,6 +483,11 @@ def main(argv=None):
         if b.cargo_args is not None:
             cargo_build(opts.cargo, b)
 
+    # make passes a Ctrl-C on as SIGINT; a kill is SIGTERM or SIGHUP: each
+    # stops the bench running (in a session of its own) and ends with the
+    # summary of the rounds so far.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
     runner = Runner(opts, benches, out)
     results, failures = {}, []
     watch.start_ticks()
@@ -494,7 +506,12 @@ def main(argv=None):
                     results.setdefault(b.name, {})[rnd] = targets
                     say("%6.1f s, %d targets" % (secs, len(targets)))
                 else:
-                    why = "timed out after %g s" % opts.timeout if rc is None else "exit %d" % rc
+                    if rc is None:
+                        why = "timed out after %g s" % opts.timeout
+                    elif rc < 0:
+                        why = "killed by signal %d" % -rc
+                    else:
+                        why = "exit %d" % rc
                     failures.append((b.name, rnd, why))
                     say("%6.1f s, FAILED (%s; output in round-%d-%s.txt)" % (secs, why, rnd, b.name))
             done = time.monotonic() - t_start
@@ -510,7 +527,6 @@ def main(argv=None):
                     )
                 )
     except KeyboardInterrupt:
-        runner.kill()
         interrupted = True
         say("\ninterrupted: the summary of the rounds run so far")
 
@@ -534,8 +550,14 @@ def main(argv=None):
     for r in records:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
     report.append(
-        "%d targets: %s" % (len(records), ", ".join("%d %s" % (counts[k], k) for k in
-                                                      ("met", "MISSED", "unsettled", "not measured") if k in counts))
+        "%d targets%s"
+        % (
+            len(records),
+            "".join(
+                "%s %d %s" % (":" if i == 0 else ",", counts[k], k)
+                for i, k in enumerate(k for k in ("met", "MISSED", "unsettled", "not measured") if k in counts)
+            ),
+        )
     )
     for name, rnd, why in failures:
         report.append("FAILED: %s in round %d (%s); see %s" % (name, rnd, why,
