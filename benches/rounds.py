@@ -296,11 +296,12 @@ class Runner:
         path = os.path.join(self.out, "round-%d-%s.txt" % (rnd, bench.name))
         env = dict(os.environ, EVENTQ_BENCH_ROUND=str(rnd))
         t0 = time.monotonic()
-        with open(path, "wb") as f:
-            f.write(("$ %s\n" % " ".join(shlex.quote(a) for a in argv)).encode())
-            f.flush()
+        with open(path, "w") as f:
+            f.write("$ %s\n" % " ".join(shlex.quote(a) for a in argv))
+        with open(path, "ab") as f:
             # stdout straight to the file; stderr (progress) through us, to
-            # the same file, and to the console with --verbose.
+            # the same file (both appending), and to the console with
+            # --verbose.
             self.child = subprocess.Popen(
                 argv,
                 stdout=f,
@@ -319,7 +320,15 @@ class Runner:
                 # Also on Ctrl-C: the bench is in a session of its own.
                 self.kill()
                 self.child.wait()
-                pump.join()
+                pump.join(5)
+                if pump.is_alive():
+                    # Something the bench forked outlived it, holding its
+                    # stderr: its session's processes go too.
+                    try:
+                        os.killpg(self.child.pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                    pump.join()
                 self.child = None
         secs = time.monotonic() - t0
         with open(path, "rb") as f:

@@ -29,6 +29,12 @@ for line in spec["lines"].get(rnd, []):
 sys.stdout.flush()
 if rnd in spec.get("hang", []):
     signal.pause()
+if rnd in spec.get("orphan", []):
+    import subprocess
+    # a child that outlives the bench, holding its stdout and stderr
+    p = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
+    with open(spec["log"] + ".orphan", "w") as f:
+        f.write(str(p.pid))
 sys.exit(spec.get("exit", {}).get(rnd, 0))
 '''
 
@@ -51,7 +57,7 @@ class Fakes:
             f.write(FAKE)
         self.log = os.path.join(tmp, "calls.log")
 
-    def bench(self, name, per_round, exit=None, hang=None):
+    def bench(self, name, per_round, exit=None, hang=None, orphan=None):
         """per_round: {round: [lines]}. Returns the --bench option."""
         spec = os.path.join(self.tmp, name + ".json")
         with open(spec, "w") as f:
@@ -62,6 +68,7 @@ class Fakes:
                     "lines": {str(k): v for k, v in per_round.items()},
                     "exit": {str(k): v for k, v in (exit or {}).items()},
                     "hang": [str(k) for k in (hang or [])],
+                    "orphan": [str(k) for k in (orphan or [])],
                 },
                 f,
             )
@@ -261,6 +268,21 @@ class RoundsTest(unittest.TestCase):
         self.assertNotEqual(rc, 0)
         self.assertIn("FAILED: stuck in round 1 (timed out after 5 s)", out)
         self.assertEqual(self.target(s, "x")["n"], 1)
+
+    def test_orphan_holding_stderr(self):
+        fk = Fakes(self.tmp)
+        rc, out, s = self.run_driver(fk.bench("forks", series("x", ">=", "1", "x", [2]), orphan=[1]), 1)
+        self.assertEqual(rc, 0, out)
+        self.assertEqual(self.target(s, "x")["n"], 1)
+        with open(fk.log + ".orphan") as f:
+            pid = int(f.read())
+        # killed (a zombie until init reaps it, or gone)
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                state = f.read().rsplit(") ", 1)[1].split()[0]
+        except OSError:
+            state = "gone"
+        self.assertIn(state, ("Z", "X", "gone"))
 
     def test_usage_errors(self):
         for args in ([], ["--bench", "noequals"], ["--bench", "a=x", "--bench", "a=y"],
