@@ -92,7 +92,7 @@ STAGES_packaging := header header-std install installed-lib abi licenses man-pag
 STAGES_c         := c-tests c-static examples examples-run
 STAGES_go        := go
 STAGES_python    := python python-wheel
-STAGES_bench     := bench-smoke blocking-bench-smoke async-bench-smoke bench-peers-smoke bench-ipc-smoke
+STAGES_bench     := bench-rounds bench-smoke blocking-bench-smoke async-bench-smoke bench-peers-smoke bench-ipc-smoke
 STAGES_proofs    := loom stress-smoke crash-smoke hostile-smoke leaks-smoke fuzz-corpus sanitize-smoke
 GROUPS           := rust c go python packaging bench proofs
 
@@ -104,7 +104,7 @@ GROUPS           := rust c go python packaging bench proofs
 TEST_STAGES := fmt clippy cargo-test doc rust-user semver loom header header-std install installed-lib abi \
                c-tests c-static examples examples-run licenses man-pages cmake static-link \
                debuginfo uninstall stress-smoke crash-smoke hostile-smoke leaks-smoke fuzz-corpus \
-               sanitize-smoke python python-wheel \
+               sanitize-smoke python python-wheel bench-rounds \
                go bench-smoke blocking-bench-smoke async-bench-smoke bench-peers-smoke bench-ipc-smoke
 # The quick tier: what a contributor runs before each commit. go-unit is the
 # Go tests without -race (stage go runs them with it).

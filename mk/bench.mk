@@ -7,36 +7,59 @@
 # "Method"): each row runs for a time, not a count (a warm-up of a fifth of
 # the row time, then a window of --row-time seconds, default 0.5); the rows
 # compared with each other (one configuration) run repetition by repetition
-# (--reps, default 5), in an order rotated per repetition; every ratio is
-# taken within a repetition and every target judged on the median and
-# inter-quartile range of its per-repetition figures (min-max below 5):
-# met, MISSED or unsettled (the spread straddles the goal), one line per
-# target in a format the benches share. Each bench prints its plan and the
-# time it expects at its start, and the load (load average, other
-# processes' CPU, steal) in its report.
+# (--reps), in an order rotated per repetition; every ratio is taken within
+# a repetition; each target is judged on the median and inter-quartile
+# range of its figures (min-max below 5): met, MISSED or unsettled (the
+# spread straddles the goal), one line per target in a format the benches
+# share. make bench takes its repetitions as fresh processes: the driver
+# benches/rounds.py runs every bench once per round with --reps 1, the
+# order of the benches rotated per round, and judges each target on its
+# per-round figures (a process keeps the mode it lands in, placement or
+# memory layout, so repetitions inside one process do not sample it;
+# docs/decisions/0027). The standalone bench-* targets below still take
+# their repetitions in one process (--reps, default 5).
 #
-#   make bench           bench-blocking, bench-async, bench-peers and bench-ipc, then
-#                        benches/side_by_side.rs in a release build:
+#   make bench           BENCH_ROUNDS rounds (default 5) of bench-blocking,
+#                        bench-async, bench-peers, bench-ipc and
+#                        benches/side_by_side.rs, each bench a fresh process
+#                        with --reps 1 per round, built before the first
+#                        round (the C programs by their rules, the cargo
+#                        benches by the driver's cargo bench --no-run; the
+#                        rounds run the built executables directly). The
+#                        console: the plan, a line per process, then one
+#                        table of every target (median and spread over the
+#                        rounds, verdict, per-round figures) with the
+#                        machine and its load; every process's output is
+#                        kept in build/bench/rounds/<UTC stamp>/ (and
+#                        summary.txt, summary.json). Then
+#                        benches/footprint.rs once (the fds and resident
+#                        memory of 10,000 idle channels). side_by_side:
 #                        libeventq (epoll, loop and blocking paths) against
 #                        crossbeam-channel, a semaphore-eventfd queue, a
 #                        pipe and the seed's bare eventfd, plus idle
 #                        wake-up (handshake and 1 ms idle-gap pacing) and
-#                        ping-pong latency; one table per configuration and
-#                        a summary of every performance target; then
-#                        benches/footprint.rs (the fds and resident memory
-#                        of 10,000 idle channels). About 9 minutes on 2
-#                        CPUs after the builds (side_by_side 4, ipc 2.5,
-#                        peers 2, blocking 0.2); take figures on a quiet
-#                        machine. BENCH_ARGS passes options: --reps N,
-#                        --row-time S, --quick, --filter TEXT, --no-latency,
-#                        --budget N (the loop rows), --low-water N[,N..]
-#                        (one more epoll row per low-water mark), --send-fd
-#                        (producers poll the send fd instead of blocking in
-#                        send).
-#   make bench-quick     make bench with --quick everywhere (BENCH_QUICK=1):
-#                        3 repetitions of 0.2 s rows, fewer latency samples;
-#                        about 3 minutes after the builds; every verdict
-#                        marked (quick).
+#                        ping-pong latency. About 10 minutes on 2 CPUs
+#                        after the builds (a round about 2 minutes:
+#                        side_by_side 46 s, ipc 34 s, peers 23 s, async 9 s,
+#                        blocking 2 s); take figures on a quiet machine.
+#                        Each bench's *_ARGS below are passed to it in every
+#                        round (their --reps is overridden: --reps 1);
+#                        BENCH_ARGS is side_by_side's: --row-time S,
+#                        --filter TEXT (rows containing TEXT; A|B either),
+#                        --no-latency, --budget N (the loop rows),
+#                        --low-water N[,N..] (one more epoll row per
+#                        low-water mark), --send-fd (producers poll the
+#                        send fd instead of blocking in send). ROUNDS_ARGS
+#                        passes options to the driver (--verbose: each
+#                        bench's progress on the console; --timeout S).
+#                        The driver exits non-zero, naming bench and round,
+#                        if a bench process failed (a delivery error).
+#                        IPC_ICEORYX2=1 runs bench-ipc-iceoryx2 after it.
+#   make bench-quick     make bench with --quick everywhere (BENCH_QUICK=1;
+#                        async_peers: --seconds 0.2): 3 rounds (unless
+#                        BENCH_ROUNDS) of 0.2 s rows, fewer latency
+#                        samples; about 3 minutes after the builds; every
+#                        verdict marked (quick).
 #   make bench-blocking  benches/blocking.rs: the blocking single-message
 #                        path (send/recv_into with Wait::Forever) against the
 #                        epoll path (Wait::Never, epoll_wait on the receive
@@ -111,7 +134,9 @@
 #                        queue.Queue through an executor. BENCH_PY_ARGS
 #                        passes options, e.g. --msgs 100000.
 #
-# Stages (count-based, tiny, seconds): bench-smoke (side_by_side --smoke: every configuration delivered
+# Stages (count-based, tiny, seconds): bench-rounds (benches/test_rounds.py:
+# the driver against fake benches, its pooled figures and verdicts),
+# bench-smoke (side_by_side --smoke: every configuration delivered
 # every message intact; footprint --smoke: 100 channels, each works),
 # blocking-bench-smoke (blocking --smoke), async-bench-smoke (async_peers
 # --smoke: every message of every row once, whole, in order), bench-peers-smoke (peers --smoke:
@@ -124,6 +149,10 @@
 BENCH_ARGS    ?=
 BENCH_QUICK   ?= 0
 QUICK_ARG   := $(if $(filter 1,$(BENCH_QUICK)),--quick)
+# Rounds of make bench: every bench once per round, a fresh process each.
+BENCH_ROUNDS  ?= $(if $(QUICK_ARG),3,5)
+# More options of benches/rounds.py, e.g. --verbose (each bench's progress).
+ROUNDS_ARGS   ?=
 BLOCKING_ARGS ?=
 ASYNC_ARGS    ?=
 PEERS_ARGS    ?=
@@ -141,20 +170,28 @@ IPC_IOX_DIR := benches/ipc-iceoryx2
 IPC_WAKES_ARGS ?= 1000 8 1000
 IPC_WAKES_BIN  := $(BUILD)/bench-ipc/empty_wakes
 
-.PHONY: bench bench-quick bench-plan bench-blocking bench-async bench-peers bench-ipc bench-ipc-iceoryx2 bench-ipc-wakes bench-go bench-go-micro \
+.PHONY: bench bench-quick bench-blocking bench-async bench-peers bench-ipc bench-ipc-iceoryx2 bench-ipc-wakes bench-go bench-go-micro \
         bench-python
 
-# The prerequisites run first, in this order.
-bench: bench-plan bench-blocking bench-async bench-peers bench-ipc | need-cargo
-	$(CARGO) bench --bench side_by_side -- $(QUICK_ARG) $(BENCH_ARGS)
+# The C programs are built as prerequisites and the cargo benches by the
+# driver, all before its first round; footprint runs once, after it.
+bench: $(PEERS_BIN) $(IPC_BIN) | need-cargo need-python3
+	$(PYTHON3) benches/rounds.py --rounds $(BENCH_ROUNDS) $(QUICK_ARG) --cargo "$(CARGO)" \
+	  --round-seconds $(if $(QUICK_ARG),50,120) \
+	  --cargo-bench "blocking=--bench blocking -- $(BLOCKING_ARGS)" \
+	  --cargo-bench "async_peers=--features tokio --bench async_peers -- $(ASYNC_ARGS)" \
+	  --quick-args "async_peers=--seconds 0.2" \
+	  --bench "peers=$(PEERS_BIN) $(PEERS_ARGS)" \
+	  --bench "ipc=$(IPC_BIN) $(IPC_ARGS)" \
+	  --cargo-bench "side_by_side=--bench side_by_side -- $(BENCH_ARGS)" \
+	  $(ROUNDS_ARGS)
 	$(CARGO) bench --bench footprint
+ifeq ($(IPC_ICEORYX2),1)
+	$(MAKE) bench-ipc-iceoryx2
+endif
 
 bench-quick:
 	$(MAKE) bench BENCH_QUICK=1
-
-bench-plan:
-	@echo 'make bench$(if $(QUICK_ARG), (quick)): blocking, async, peers, ipc, side_by_side, footprint;' \
-	  'expect about $(if $(QUICK_ARG),3,10) minutes on 2 CPUs after the builds (each bench prints its plan)'
 
 bench-blocking: | need-cargo
 	$(CARGO) bench --bench blocking -- $(QUICK_ARG) $(BLOCKING_ARGS)
@@ -205,6 +242,11 @@ bench-go-micro: $(TEST_STAMP) | need-go
 
 bench-python: $(PY_VENV)/.installed $(TEST_STAMP)
 	cd $(BUILD) && $(PY_ENV) $(PY) $(CURDIR)/$(PY_DIR)/bench/handoff.py $(BENCH_PY_ARGS)
+
+# Stage: the rounds driver (benches/rounds.py) against fake benches: the
+# per-round figures pooled, the verdicts, a missing round, a failing bench.
+stage-bench-rounds: | need-python3
+	$(PYTHON3) benches/test_rounds.py
 
 # Stage: side_by_side and footprint with tiny counts.
 stage-bench-smoke: | need-cargo

@@ -1,0 +1,596 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT OR Apache-2.0
+"""rounds.py: `make bench`'s driver. Repetitions as fresh processes.
+
+Runs R rounds (--rounds, default 5). Each round runs every bench once, each
+in a fresh process with `--reps 1` (and `--quick` with --quick), the
+benches' order rotated per round, so each target gets R per-process figures
+spread over the whole run. A process lands in a mode (thread placement,
+memory layout, a phase of the machine lasting minutes) and keeps it;
+repetitions inside one process cannot sample that, processes spread over
+the run can (docs/decisions/0027-repetitions-in-fresh-processes.md).
+
+Every process's output (stdout and stderr) is kept under --out (default
+build/bench/rounds/<UTC stamp>/round-N-<bench>.txt). The console gets the
+plan, one progress line per process and, at the end, one table of every
+target: the median of its per-round figures with the inter-quartile range
+(min-max below 5 values), the verdict by the rule of benches/method/mod.rs
+(`judge`: met when the whole spread meets the goal, MISSED when none of it
+does, unsettled when it straddles) and the per-round figures; the same as
+JSON in summary.json beside the outputs.
+
+Benches:
+  --bench NAME=COMMAND        a command line (split as by a POSIX shell),
+                              run as it is plus `--reps 1` [`--quick`]
+  --cargo-bench NAME=ARGS     a cargo bench: `cargo bench --no-run ARGS`
+                              (the part of ARGS before a `--`) builds it
+                              before round 1, and each round runs the
+                              built executable directly with `--bench`,
+                              the part after the `--`, `--reps 1`
+                              [`--quick`], from the package's directory
+  --quick-args NAME=ARGS      with --quick, ARGS instead of `--quick` for
+                              that bench (a bench without a --quick)
+
+Each process gets EVENTQ_BENCH_ROUND=N (1-based) in its environment. The
+driver exits 1 (naming bench and round) if any bench process failed (a
+non-zero exit: the benches fail on a delivery error; or --timeout), after
+the table of the rest; a failed process's figures are left out.
+"""
+
+import argparse
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+# `target WHAT >= 0.8x:   median 0.93x (IQR 0.90-0.97x, 5 reps): met`
+# or `... not measured` (benches/method/mod.rs `verdict`, common.c twin).
+TARGET = re.compile(
+    r"^target (?P<what>.*) (?P<cmp>>=|<=) (?P<goal>[0-9][0-9.eE+-]*)(?P<unit>x|%):\s+"
+    r"(?:(?P<nm>not measured)|median (?P<med>\S+?)(?:x|%)? \((?:IQR|min-max) [^)]*\): "
+    r"(?P<verdict>met|MISSED|unsettled))"
+)
+# async_peers' own line (it predates the shared format):
+# `1P1C 8 B AsyncChan vs tokio mpsc     1.31x (1.31-1.31)  target >= 0.7x  met`
+OLD_TARGET = re.compile(
+    r"^(?P<what>\S.*?)\s+(?P<med>\S+?)x \(\S+\)\s+target (?P<cmp>>=|<=) "
+    r"(?P<goal>[0-9][0-9.eE+-]*)(?P<unit>x|%)\s+(?P<verdict>met|MISSED|unsettled)\s*$"
+)
+HEAD_WIDTH = 92
+
+
+def parse_targets(text):
+    """The target lines of one process's output, in order:
+    [(what, cmp, goal, goal_text, unit, figure or None)]; figure None is
+    `not measured`. A target printed twice keeps its first line."""
+    out, seen = [], set()
+    for line in text.splitlines():
+        m = TARGET.match(line)
+        if m:
+            fig = None if m.group("nm") else _num(m.group("med"))
+        else:
+            m = OLD_TARGET.match(line)
+            if not m:
+                continue
+            fig = _num(m.group("med"))
+        key = (m.group("what").strip(), m.group("cmp"), m.group("goal"), m.group("unit"))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append((key[0], key[1], float(key[2]), key[2], key[3], fig))
+    return out
+
+
+def _num(s):
+    try:
+        return float(s)
+    except ValueError:
+        return float("nan")
+
+
+# --- The method's statistics (benches/method/mod.rs) --------------------------
+
+
+def quantile(v, q):
+    """The q-quantile of v, linear interpolation; NaN for none."""
+    s = sorted(v)
+    if not s:
+        return float("nan")
+    x = q * (len(s) - 1)
+    i = int(x)
+    if i + 1 >= len(s):
+        return s[-1]
+    return s[i] + (x - i) * (s[i + 1] - s[i])
+
+
+def spread(v):
+    """(n, iqr, median, lo, hi): the inter-quartile range, or the min-max
+    below 5 values; None for no values."""
+    if not v:
+        return None
+    iqr = len(v) >= 5
+    return (
+        len(v),
+        iqr,
+        quantile(v, 0.5),
+        quantile(v, 0.25 if iqr else 0.0),
+        quantile(v, 0.75 if iqr else 1.0),
+    )
+
+
+def judge(lo, hi, cmp, goal):
+    """met, MISSED or unsettled: method/mod.rs `judge`."""
+    if cmp == ">=":
+        if lo >= goal:
+            return "met"
+        if hi < goal:
+            return "MISSED"
+    else:
+        if hi <= goal:
+            return "met"
+        if lo > goal:
+            return "MISSED"
+    return "unsettled"
+
+
+# --- The machine and its load (method/mod.rs `machine`, `Watch`) --------------
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
+def cpus():
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def machine():
+    model = "?"
+    for line in _read("/proc/cpuinfo").splitlines():
+        if line.startswith("model name") and ":" in line:
+            model = line.split(":", 1)[1].strip()
+            break
+    return "%d CPUs (%s), Linux %s" % (cpus(), model, _read("/proc/sys/kernel/osrelease"))
+
+
+def cpu_ticks():
+    """(busy ticks of the machine, steal ticks, ticks of this process and
+    its waited-for children: the benches)."""
+    try:
+        f = [int(x) for x in _read("/proc/stat").splitlines()[0].split()[1:]]
+        busy = f[0] + f[1] + f[2] + f[5] + f[6]
+        rest = _read("/proc/self/stat").rsplit(") ", 1)[1].split()
+        # utime stime cutime cstime: fields 14-17, at 11-14 after the comm.
+        own = sum(int(x) for x in rest[11:15])
+        return busy, f[7], own
+    except (IndexError, ValueError):
+        return None
+
+
+def load1():
+    s = _read("/proc/loadavg")
+    try:
+        return float(s.split()[0]), s
+    except (IndexError, ValueError):
+        return float("nan"), s
+
+
+class Watch:
+    """The load around the rounds: load average at the start (before the
+    build) and the end; other processes' share of the CPUs and steal
+    between start_ticks and stop."""
+
+    def __init__(self):
+        self.load_start, self.load_start_s = load1()
+        self.ticks, self.t0 = None, None
+
+    def start_ticks(self):
+        self.ticks, self.t0 = cpu_ticks(), time.monotonic()
+
+    def stop(self):
+        secs = time.monotonic() - self.t0
+        b = cpu_ticks()
+        lines = [
+            "loadavg at start: %s; at end: %s (the end includes this run's own load)"
+            % (self.load_start_s, load1()[1])
+        ]
+        if self.ticks is None or b is None or secs <= 0:
+            lines.append("(/proc/stat unreadable: CPU use by other processes unknown)")
+            return lines
+        total = secs * os.sysconf("SC_CLK_TCK") * cpus()
+        others = max(0, (b[0] - self.ticks[0]) - (b[2] - self.ticks[2])) / total
+        steal = (b[1] - self.ticks[1]) / total
+        lines.append(
+            "during the run, other processes used %.1f%% of the CPUs; hypervisor steal %.1f%%"
+            % (others * 100, steal * 100)
+        )
+        if not (self.load_start < 1.0 and others < 0.05 and steal < 0.05):
+            lines.append(
+                "WARNING: the machine was not quiet (load at start >= 1.0, or others/steal >= 5%): "
+                "figures are not from a quiet machine"
+            )
+        return lines
+
+
+# --- Running ------------------------------------------------------------------
+
+
+def say(*a):
+    print(*a, flush=True)
+
+
+def mmss(secs):
+    secs = int(round(secs))
+    return "%d:%02d" % (secs // 60, secs % 60)
+
+
+class Bench:
+    def __init__(self, name, argv=None, cargo_args=None, cwd=None):
+        self.name, self.argv, self.cargo_args, self.cwd = name, argv, cargo_args, cwd
+        self.quick_args = None  # None: `--quick`
+
+
+def split_spec(spec, opt):
+    name, sep, rest = spec.partition("=")
+    if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise SystemExit("rounds.py: %s NAME=..., got %r" % (opt, spec))
+    return name, shlex.split(rest)
+
+
+def cargo_build(cargo, bench):
+    """Builds a cargo bench; sets its argv to the executable's."""
+    args = bench.cargo_args
+    cut = args.index("--") if "--" in args else len(args)
+    cargo_part, bench_part = args[:cut], args[cut + 1 :]
+    want = None
+    for i, a in enumerate(cargo_part):
+        if a == "--bench" and i + 1 < len(cargo_part):
+            want = cargo_part[i + 1]
+    cmd = [cargo, "bench", "--no-run", "--message-format=json-render-diagnostics"] + cargo_part
+    say("build: %s" % " ".join(shlex.quote(c) for c in cmd))
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, universal_newlines=True)
+    if p.returncode != 0:
+        raise SystemExit("rounds.py: building %s failed (exit %d)" % (bench.name, p.returncode))
+    found = []
+    for line in p.stdout.splitlines():
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        t = d.get("target") or {}
+        if d.get("reason") == "compiler-artifact" and d.get("executable") and "bench" in t.get("kind", []):
+            if want is None or t.get("name") == want:
+                found.append((d["executable"], os.path.dirname(d.get("manifest_path", "")) or None))
+    if len(found) != 1:
+        raise SystemExit(
+            "rounds.py: %s: expected one bench executable from cargo, found %d" % (bench.name, len(found))
+        )
+    exe, bench.cwd = found[0]
+    # What `cargo bench` passes to a bench program, then its own arguments.
+    bench.argv = [exe, "--bench"] + bench_part
+
+
+class Runner:
+    def __init__(self, opts, benches, out):
+        self.opts, self.benches, self.out = opts, benches, out
+        self.child = None
+
+    def run_one(self, rnd, bench):
+        """Runs one process; returns (exit code or None for a timeout,
+        seconds, output text)."""
+        argv = list(bench.argv) + ["--reps", "1"]
+        if self.opts.quick:
+            argv += ["--quick"] if bench.quick_args is None else bench.quick_args
+        path = os.path.join(self.out, "round-%d-%s.txt" % (rnd, bench.name))
+        env = dict(os.environ, EVENTQ_BENCH_ROUND=str(rnd))
+        t0 = time.monotonic()
+        with open(path, "w") as f:
+            f.write("$ %s\n" % " ".join(shlex.quote(a) for a in argv))
+        with open(path, "ab") as f:
+            # stdout straight to the file; stderr (progress) through us, to
+            # the same file (both appending), and to the console with
+            # --verbose.
+            self.child = subprocess.Popen(
+                argv,
+                stdout=f,
+                stderr=subprocess.PIPE,
+                cwd=bench.cwd,
+                env=env,
+                start_new_session=True,
+            )
+            pump = threading.Thread(target=self._pump, args=(self.child.stderr, f, bench.name))
+            pump.start()
+            try:
+                rc = self.child.wait(timeout=self.opts.timeout)
+            except subprocess.TimeoutExpired:
+                rc = None
+            finally:
+                # Also on Ctrl-C: the bench is in a session of its own.
+                self.kill()
+                self.child.wait()
+                pump.join(5)
+                if pump.is_alive():
+                    # Something the bench forked outlived it, holding its
+                    # stderr: its session's processes go too.
+                    try:
+                        os.killpg(self.child.pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                    pump.join()
+                self.child = None
+        secs = time.monotonic() - t0
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8", "replace")
+        return rc, secs, text
+
+    def _pump(self, pipe, f, name):
+        for line in iter(pipe.readline, b""):
+            f.write(line)
+            f.flush()
+            if self.opts.verbose:
+                sys.stdout.write("  %s| %s" % (name, line.decode("utf-8", "replace")))
+                sys.stdout.flush()
+        pipe.close()
+
+    def kill(self):
+        """Kills a bench that is still running, and what it forked."""
+        c = self.child
+        if c is not None and c.poll() is None:
+            try:
+                os.killpg(c.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def fmt_fig(x, unit):
+    return "%.*f" % (1 if unit == "%" else 2, x)
+
+
+def summarize(benches, results, rounds, quick):
+    """results[bench name][round] = parsed targets (failed processes
+    absent). Returns (lines, records)."""
+    lines, records = [], []
+    for b in benches:
+        per_round = results.get(b.name, {})
+        keys, figs = [], {}
+        for rnd in range(1, rounds + 1):
+            for what, cmp, goal, goal_s, unit, fig in per_round.get(rnd, []):
+                key = (what, cmp, goal_s, unit)
+                if key not in figs:
+                    keys.append(key)
+                    figs[key] = (goal, [None] * rounds)
+                if fig is not None:
+                    figs[key][1][rnd - 1] = fig
+        lines.append("-- %s (%d targets) --" % (b.name, len(keys)))
+        for key in keys:
+            what, cmp, goal_s, unit = key
+            goal, per = figs[key]
+            vals = [v for v in per if v is not None]
+            s = spread(vals)
+            head = "target %s %s %s%s:" % (what, cmp, goal_s, unit)
+            rec = {
+                "bench": b.name,
+                "what": what,
+                "cmp": cmp,
+                "goal": goal,
+                "unit": unit,
+                "rounds": per,
+                "n": len(vals),
+            }
+            if s is None:
+                lines.append("%-*s not measured" % (HEAD_WIDTH, head))
+                rec.update(verdict="not measured")
+                records.append(rec)
+                continue
+            n, iqr, med, lo, hi = s
+            v = judge(lo, hi, cmp, goal)
+            rec.update(median=med, lo=lo, hi=hi, iqr=iqr, verdict=v)
+            records.append(rec)
+            fewer = "" if n == rounds else "; measured in %d of %d rounds" % (n, rounds)
+            lines.append(
+                "%-*s median %s%s (%s %s-%s%s, %d round%s): %s%s | per round: %s%s"
+                % (
+                    HEAD_WIDTH,
+                    head,
+                    fmt_fig(med, unit),
+                    unit,
+                    "IQR" if iqr else "min-max",
+                    fmt_fig(lo, unit),
+                    fmt_fig(hi, unit),
+                    unit,
+                    n,
+                    "" if n == 1 else "s",
+                    v,
+                    " (quick)" if quick else "",
+                    " ".join("-" if x is None else fmt_fig(x, unit) for x in per),
+                    fewer,
+                )
+            )
+    return lines, records
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        description="Runs every bench in fresh processes, round by round, and judges the targets "
+        "on the per-round figures.",
+        epilog="See the module docstring (the top of this file) for the details.",
+    )
+    ap.add_argument("--rounds", type=int, default=5, help="rounds (default 5)")
+    ap.add_argument("--quick", action="store_true", help="pass --quick to every bench")
+    # One list, so the benches keep the order given.
+    ap.add_argument("--bench", dest="specs", action="append", default=[], metavar="NAME=COMMAND",
+                    type=lambda s: ("--bench", s))
+    ap.add_argument("--cargo-bench", dest="specs", action="append", metavar="NAME=CARGO_ARGS[ -- ARGS]",
+                    type=lambda s: ("--cargo-bench", s))
+    ap.add_argument("--quick-args", action="append", default=[], metavar="NAME=ARGS")
+    ap.add_argument("--cargo", default=os.environ.get("CARGO", "cargo"), help="cargo (default $CARGO or cargo)")
+    ap.add_argument("--out", help="where the outputs go (default build/bench/rounds/<UTC stamp>)")
+    ap.add_argument("--round-seconds", type=float, help="the caller's estimate of one round")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds before a bench process counts as hung")
+    ap.add_argument("--verbose", "-v", action="store_true", help="pass each bench's stderr through")
+    opts = ap.parse_args(argv)
+    if opts.rounds < 1 or opts.rounds > 50:
+        ap.error("--rounds 1..50")
+
+    benches = []
+    for opt, spec in opts.specs:
+        name, args = split_spec(spec, opt)
+        if not args:
+            ap.error("%s %s: nothing to run" % (opt, name))
+        if opt == "--bench":
+            benches.append(Bench(name, argv=args))
+        else:
+            benches.append(Bench(name, cargo_args=args))
+    if not benches:
+        ap.error("no bench given (--bench or --cargo-bench)")
+    if len({b.name for b in benches}) != len(benches):
+        ap.error("two benches of one name")
+    for spec in opts.quick_args:
+        name, args = split_spec(spec, "--quick-args")
+        match = [b for b in benches if b.name == name]
+        if not match:
+            ap.error("--quick-args %s: no such bench" % name)
+        match[0].quick_args = args
+
+    watch = Watch()
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    out = opts.out or os.path.join("build", "bench", "rounds", stamp)
+    os.makedirs(out, exist_ok=True)
+    names = [b.name for b in benches]
+    say(
+        "rounds: %d rounds x %d benches (%s), each bench a fresh process with --reps 1%s, "
+        "the order rotated per round; %s"
+        % (
+            opts.rounds,
+            len(benches),
+            ", ".join(names),
+            " --quick" if opts.quick else "",
+            "expect about %d minutes after the build (a round about %g s)"
+            % (max(1, round(opts.round_seconds * opts.rounds / 60)), opts.round_seconds)
+            if opts.round_seconds
+            else "the time to expect is printed after round 1",
+        )
+    )
+    say("outputs: %s" % out)
+    for b in benches:
+        if b.cargo_args is not None:
+            cargo_build(opts.cargo, b)
+
+    # make passes a Ctrl-C on as SIGINT; a kill is SIGTERM or SIGHUP: each
+    # stops the bench running (in a session of its own) and ends with the
+    # summary of the rounds so far.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
+    runner = Runner(opts, benches, out)
+    results, failures = {}, []
+    watch.start_ticks()
+    t_start = time.monotonic()
+    interrupted = False
+    try:
+        for rnd in range(1, opts.rounds + 1):
+            t_round = time.monotonic()
+            for i in range(len(benches)):
+                b = benches[(i + rnd - 1) % len(benches)]
+                sys.stdout.write("round %d/%d  %-14s " % (rnd, opts.rounds, b.name))
+                sys.stdout.flush()
+                rc, secs, text = runner.run_one(rnd, b)
+                if rc == 0:
+                    targets = parse_targets(text)
+                    results.setdefault(b.name, {})[rnd] = targets
+                    say("%6.1f s, %d targets" % (secs, len(targets)))
+                else:
+                    if rc is None:
+                        why = "timed out after %g s" % opts.timeout
+                    elif rc < 0:
+                        why = "killed by signal %d" % -rc
+                    else:
+                        why = "exit %d" % rc
+                    failures.append((b.name, rnd, why))
+                    say("%6.1f s, FAILED (%s; output in round-%d-%s.txt)" % (secs, why, rnd, b.name))
+            done = time.monotonic() - t_start
+            if rnd < opts.rounds:
+                left = done / rnd * (opts.rounds - rnd)
+                say(
+                    "round %d took %s; about %s to go (ends near %s UTC)"
+                    % (
+                        rnd,
+                        mmss(time.monotonic() - t_round),
+                        mmss(left),
+                        time.strftime("%H:%M", time.gmtime(time.time() + left)),
+                    )
+                )
+    except KeyboardInterrupt:
+        interrupted = True
+        say("\ninterrupted: the summary of the rounds run so far")
+
+    elapsed = time.monotonic() - t_start
+    lines, records = summarize(benches, results, opts.rounds, opts.quick)
+    report = [
+        "",
+        "== summary: %d rounds in %s, every bench a fresh process with --reps 1 per round%s ==" %
+        (opts.rounds, mmss(elapsed), " (quick)" if opts.quick else ""),
+        "machine: %s" % machine(),
+    ]
+    report += watch.stop()
+    report += [
+        "per target: the median of its per-round figures and their inter-quartile range "
+        "(min-max below 5 rounds); met when the whole spread meets the goal, MISSED when none of "
+        "it does, unsettled when it straddles; reported, never asserted; '-' a round without "
+        "the figure"
+    ]
+    report += lines
+    counts = {}
+    for r in records:
+        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+    report.append(
+        "%d targets%s"
+        % (
+            len(records),
+            "".join(
+                "%s %d %s" % (":" if i == 0 else ",", counts[k], k)
+                for i, k in enumerate(k for k in ("met", "MISSED", "unsettled", "not measured") if k in counts)
+            ),
+        )
+    )
+    for name, rnd, why in failures:
+        report.append("FAILED: %s in round %d (%s); see %s" % (name, rnd, why,
+                                                              os.path.join(out, "round-%d-%s.txt" % (rnd, name))))
+    report.append("outputs: %s" % out)
+    say("\n".join(report))
+    with open(os.path.join(out, "summary.txt"), "w") as f:
+        f.write("\n".join(report) + "\n")
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump(
+            {
+                "rounds": opts.rounds,
+                "quick": opts.quick,
+                "benches": names,
+                "failures": [{"bench": n, "round": r, "why": w} for n, r, w in failures],
+                "targets": records,
+            },
+            f,
+            indent=1,
+        )
+    if interrupted:
+        return 130
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
