@@ -708,12 +708,34 @@ static void test_free(void)
     CHECK("eventq_chan_free(NULL) and eventq_msg_free(NULL) are no-ops", 1);
 }
 
+/* The receive fd sleeps until asked for: no call writes it, and the first
+ * ask brings it up to date. */
+static void test_sleeping_recv_fd(void)
+{
+    eventq_chan *ch = new_chan(8, EVENTQ_LOW_WATER_DEFAULT, 0, 0);
+    char buf[8];
+    size_t len;
+    CHECK_INT("send a", send_str(ch, "a", T0), 0);
+    CHECK_INT("send b", send_str(ch, "b", T0), 0);
+    CHECK_INT("blocking recv", eventq_chan_recv(ch, buf, sizeof buf, &len, -1), 0);
+    CHECK_U64("no ring while nobody has the fd", stats_of(ch).recv_doorbell_rings, 0);
+    int fd = eventq_chan_recv_fd(ch);
+    CHECK("asked for: readable at once, b pending", fd >= 0 && fd_readable(fd));
+    CHECK_U64("one ring: the wake's", stats_of(ch).recv_doorbell_rings, 1);
+    CHECK_INT("recv b", eventq_chan_recv(ch, buf, sizeof buf, &len, 0), 0);
+    CHECK("emptied: not readable", !fd_readable(fd));
+    eventq_chan_free(ch);
+}
+
 /* Stats and the wakeup economy. */
 static void test_stats(void)
 {
     eventq_chan *ch = new_chan(2048, EVENTQ_LOW_WATER_DEFAULT, 0, 0);
     char buf[32];
     size_t len;
+
+    /* Counted from the first time the receive fd is asked for. */
+    CHECK("the receive fd", eventq_chan_recv_fd(ch) >= 0);
 
     int ok = 1;
     for (int i = 0; i < 1000; i++) {
@@ -779,6 +801,7 @@ int main(void)
     test_d6_close();
     test_d7_too_small();
     test_free();
+    test_sleeping_recv_fd();
     test_stats();
     return check_done();
 }
