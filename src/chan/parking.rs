@@ -59,6 +59,10 @@ struct Sleepers {
 }
 
 pub(super) struct Parking {
+    /// Blocking receives that found the queue empty and have not returned
+    /// yet (looking again or asleep). Only a hint for whether to spin:
+    /// std's atomic, not loom's, since loom explores no spin.
+    looking: std::sync::atomic::AtomicUsize,
     waiting: Mutex<Sleepers>,
     /// Signalled when a message arrives or the channel closes.
     readable: Condvar,
@@ -69,6 +73,7 @@ pub(super) struct Parking {
 impl Parking {
     pub(super) fn new() -> Parking {
         Parking {
+            looking: std::sync::atomic::AtomicUsize::new(0),
             waiting: Mutex::new(Sleepers {
                 receivers: 0,
                 senders: 0,
@@ -76,6 +81,14 @@ impl Parking {
             readable: Condvar::new(),
             writable: Condvar::new(),
         }
+    }
+
+    /// Counts a blocking receive in as waiting for a message, until the
+    /// result is dropped.
+    pub(super) fn look(&self) -> Looking<'_> {
+        self.looking
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Looking(&self.looking)
     }
 
     /// Sleeps until a send or close announces itself, unless a message is
@@ -151,6 +164,26 @@ impl Parking {
         ring.head().clear(HEAD_SEND_WAITERS);
         self.readable.notify_all();
         self.writable.notify_all();
+    }
+}
+
+/// A blocking receive waiting for a message ([`Parking::look`]).
+pub(super) struct Looking<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Looking<'_> {
+    /// Whether another receive waits too: then messages are scarcer than
+    /// receivers, and one that spins takes the next message without a
+    /// wake-up. A lone receiver parks at once: spinning, it would take
+    /// each message as it lands and pull the ring's lines across CPUs for
+    /// every one, where parked it lets the sender queue a batch.
+    pub(super) fn has_company(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed) > 1
+    }
+}
+
+impl Drop for Looking<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

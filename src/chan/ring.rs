@@ -469,7 +469,10 @@ impl Ring {
                             len: msg.len(),
                         });
                     }
-                    Err(now) => tail = now,
+                    Err(now) => {
+                        tail = now;
+                        backoff.spin_light();
+                    }
                 }
             } else {
                 if stamp < empty {
@@ -525,7 +528,10 @@ impl Ring {
                             len,
                         });
                     }
-                    Err(now) => head = now,
+                    Err(now) => {
+                        head = now;
+                        backoff.spin_light();
+                    }
                 }
             } else {
                 if stamp == empty {

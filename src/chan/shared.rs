@@ -157,6 +157,7 @@ impl Shared {
         take: &mut impl FnMut(Payload<'_>) -> T,
     ) -> Result<Claimed<T>> {
         let mut deadline = None;
+        let mut looking = None;
         let mut spin = Spin::new();
         loop {
             match self.ring.pop(&accept, &mut *take) {
@@ -174,7 +175,9 @@ impl Shared {
                         }
                         return Err(e);
                     }
-                    if self.bells.recv_asleep() && spin.again() {
+                    // Spin only while nobody polls the receive fd (0028).
+                    let looking = looking.get_or_insert_with(|| self.parking.look());
+                    if self.bells.recv_asleep() && looking.has_company() && spin.again() {
                         continue;
                     }
                     self.parking.wait_for_message(&self.ring, deadline);

@@ -44,6 +44,21 @@ impl Backoff {
         }
     }
 
+    /// After a lost race for a word (another thread moved it: progress):
+    /// a growing pause before the next try, so that threads contending
+    /// for one line take turns instead of pulling it back and forth.
+    #[cfg(not(loom))]
+    pub(super) fn spin_light(&mut self) {
+        for _ in 0..1u32 << self.0.min(6) {
+            std::hint::spin_loop();
+        }
+        self.0 += 1;
+    }
+
+    /// A lost race is another thread's progress: nothing for loom to yield.
+    #[cfg(loom)]
+    pub(super) fn spin_light(&mut self) {}
+
     /// loom must be told about every spin, or it explores it forever.
     #[cfg(loom)]
     pub(super) fn snooze(&mut self) {
