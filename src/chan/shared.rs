@@ -175,7 +175,7 @@ impl Shared {
                         }
                         return Err(e);
                     }
-                    // Spin only while nobody polls the receive fd (0028).
+                    // Spin only with company and while nobody polls the receive fd (0028).
                     let looking = looking.get_or_insert_with(|| self.parking.look());
                     if self.bells.recv_asleep() && looking.has_company() && spin.again() {
                         continue;
