@@ -154,7 +154,7 @@ impl Doorbells {
             loop {
                 let tail = ring.tail().latest();
                 let head = ring.head().latest();
-                if tail.has(TAIL_CLOSED) || tail.position() > head.position() {
+                if recv_should_be_raised(tail, head) {
                     self.recv.raise();
                     bells.recv += 1;
                     break;
@@ -213,7 +213,7 @@ impl Doorbells {
         if !self.awake_after_move() {
             let tail = ring.tail().load(Ordering::SeqCst);
             let head = ring.head().load(Ordering::SeqCst);
-            return tail.has(TAIL_CLOSED) || tail.position() > head.position();
+            return recv_should_be_raised(tail, head);
         }
         let mut bells = self.bells.lock();
         let raised = self.settle_recv_held(&mut bells, ring, edge);
@@ -325,7 +325,7 @@ pub(super) fn settle_recv_on<Q: Queue>(bell: &EventFd, q: &Q, edge: Edge) -> Set
         let tail = q.tail().latest();
         let head = q.head().latest();
         let raised = tail.has(TAIL_RECV_RAISED);
-        let want = tail.has(TAIL_CLOSED) || tail.position() > head.position();
+        let want = recv_should_be_raised(tail, head);
         if want == raised {
             let wrote = want && edge == Edge::Always;
             if wrote {
@@ -356,6 +356,12 @@ pub(super) fn settle_recv_on<Q: Queue>(bell: &EventFd, q: &Q, edge: Edge) -> Set
         raised: q.tail().load(Ordering::SeqCst).has(TAIL_RECV_RAISED),
         wrote: false,
     }
+}
+
+/// The receive fd's level for `tail` and `head` (D4): up iff messages are
+/// pending or the channel is closed.
+fn recv_should_be_raised(tail: Word, head: Word) -> bool {
+    tail.has(TAIL_CLOSED) || tail.position() > head.position()
 }
 
 /// Makes the send doorbell (`bell`, if it exists yet) match `q` (see
