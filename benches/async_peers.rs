@@ -28,7 +28,8 @@
 //!
 //! `--smoke` (or `EVENTQ_BENCH_SMOKE=1`): a fixed 2,000 messages per
 //! producer, one repetition, delivery checked, no target judged (make
-//! test's async-bench-smoke). `--reps N` (default 5), `--seconds S`,
+//! test's async-bench-smoke). `--reps N` (default 5), `--seconds S` (or
+//! `--row-time S`, the other rate benches' name),
 //! `--filter TEXT` (rows whose "<config> <size> <peer>" contains TEXT).
 //! Nothing here asserts a timing; the program fails only if a message was
 //! lost, repeated, reordered or damaged.
@@ -91,7 +92,8 @@ impl Cfg {
             match a.as_str() {
                 "--smoke" => cfg.smoke = true,
                 "--reps" => cfg.reps = value("--reps").parse().expect("--reps N"),
-                "--seconds" => {
+                // --row-time: the other rate benches' name for it.
+                "--seconds" | "--row-time" => {
                     cfg.window =
                         Duration::from_secs_f64(value("--seconds").parse().expect("--seconds S"))
                 }
@@ -100,7 +102,7 @@ impl Cfg {
                 "--bench" => {}
                 _ => {
                     eprintln!(
-                        "usage: async_peers [--smoke] [--reps N] [--seconds S] [--filter TEXT]"
+                        "usage: async_peers [--smoke] [--reps N] [--seconds S | --row-time S] [--filter TEXT]"
                     );
                     std::process::exit(2);
                 }

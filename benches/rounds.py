@@ -31,6 +31,18 @@ Benches:
   --quick-args NAME=ARGS      with --quick, ARGS instead of `--quick` for
                               that bench (a bench without a --quick)
 
+Slices: with --slices K (K > 1) each process gets `--reps K --row-time
+W/K` instead of `--reps 1`, where W is --window (default 0.5 s; 0.2 s with
+--quick): a row's window in a round stays W, taken as K shorter windows,
+each with fresh threads and a fresh channel, the rows interleaved slice by
+slice. The process's figure is the median over its K slices. A placement
+of the threads that lasts a whole window (which CPU the consumer shares,
+with whom) is drawn K times per round instead of once
+(docs/decisions/0027-repetitions-in-fresh-processes.md, "Slices").
+  --slice-args NAME=ARGS      with --slices, ARGS appended for that bench
+                              (e.g. fewer latency samples per repetition,
+                              so a round's latency rows keep their time)
+
 Each process gets EVENTQ_BENCH_ROUND=N (1-based) in its environment. The
 driver exits 1 (naming bench and round) if any bench process failed (a
 non-zero exit: the benches fail on a delivery error; or --timeout), after
@@ -240,6 +252,7 @@ class Bench:
     def __init__(self, name, argv=None, cargo_args=None, cwd=None):
         self.name, self.argv, self.cargo_args, self.cwd = name, argv, cargo_args, cwd
         self.quick_args = None  # None: `--quick`
+        self.slice_args = []
 
 
 def split_spec(spec, opt):
@@ -282,6 +295,26 @@ def cargo_build(cargo, bench):
     bench.argv = [exe, "--bench"] + bench_part
 
 
+def window(opts):
+    return opts.window if opts.window is not None else (0.2 if opts.quick else 0.5)
+
+
+def slice_args(opts, bench):
+    """What makes one process one round of a bench: one repetition, or
+    --slices repetitions that share the round's window."""
+    if opts.slices == 1:
+        return ["--reps", "1"]
+    return ["--reps", str(opts.slices), "--row-time", "%g" % (window(opts) / opts.slices)] + bench.slice_args
+
+
+def per_process(opts):
+    """slice_args in words, for the plan and the summary."""
+    if opts.slices == 1:
+        return "--reps 1"
+    return "%s (%d slices of a %g s window)" % (
+        " ".join(slice_args(opts, Bench("-"))), opts.slices, window(opts))
+
+
 class Runner:
     def __init__(self, opts, benches, out):
         self.opts, self.benches, self.out = opts, benches, out
@@ -290,9 +323,10 @@ class Runner:
     def run_one(self, rnd, bench):
         """Runs one process; returns (exit code or None for a timeout,
         seconds, output text)."""
-        argv = list(bench.argv) + ["--reps", "1"]
+        argv = list(bench.argv)
         if self.opts.quick:
             argv += ["--quick"] if bench.quick_args is None else bench.quick_args
+        argv += slice_args(self.opts, bench)
         path = os.path.join(self.out, "round-%d-%s.txt" % (rnd, bench.name))
         env = dict(os.environ, EVENTQ_BENCH_ROUND=str(rnd))
         t0 = time.monotonic()
@@ -439,6 +473,11 @@ def main(argv=None):
     ap.add_argument("--cargo-bench", dest="specs", action="append", metavar="NAME=CARGO_ARGS[ -- ARGS]",
                     type=lambda s: ("--cargo-bench", s))
     ap.add_argument("--quick-args", action="append", default=[], metavar="NAME=ARGS")
+    ap.add_argument("--slice-args", action="append", default=[], metavar="NAME=ARGS")
+    ap.add_argument("--slices", type=int, default=1,
+                    help="repetitions per process sharing a row's window (default 1)")
+    ap.add_argument("--window", type=float,
+                    help="a row's window per round in seconds, with --slices (default 0.5; quick 0.2)")
     ap.add_argument("--cargo", default=os.environ.get("CARGO", "cargo"), help="cargo (default $CARGO or cargo)")
     ap.add_argument("--out", help="where the outputs go (default build/bench/rounds/<UTC stamp>)")
     ap.add_argument("--round-seconds", type=float, help="the caller's estimate of one round")
@@ -447,6 +486,10 @@ def main(argv=None):
     opts = ap.parse_args(argv)
     if opts.rounds < 1 or opts.rounds > 50:
         ap.error("--rounds 1..50")
+    if opts.slices < 1 or opts.slices > 50:
+        ap.error("--slices 1..50")
+    if opts.window is not None and not 0 < opts.window <= 60:
+        ap.error("--window: seconds, 0 < S <= 60")
 
     benches = []
     for opt, spec in opts.specs:
@@ -467,6 +510,12 @@ def main(argv=None):
         if not match:
             ap.error("--quick-args %s: no such bench" % name)
         match[0].quick_args = args
+    for spec in opts.slice_args:
+        name, args = split_spec(spec, "--slice-args")
+        match = [b for b in benches if b.name == name]
+        if not match:
+            ap.error("--slice-args %s: no such bench" % name)
+        match[0].slice_args = args
 
     watch = Watch()
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -474,12 +523,13 @@ def main(argv=None):
     os.makedirs(out, exist_ok=True)
     names = [b.name for b in benches]
     say(
-        "rounds: %d rounds x %d benches (%s), each bench a fresh process with --reps 1%s, "
+        "rounds: %d rounds x %d benches (%s), each bench a fresh process with %s%s, "
         "the order rotated per round; %s"
         % (
             opts.rounds,
             len(benches),
             ", ".join(names),
+            per_process(opts),
             " --quick" if opts.quick else "",
             "expect about %d minutes after the build (a round about %g s)"
             % (max(1, round(opts.round_seconds * opts.rounds / 60)), opts.round_seconds)
@@ -543,8 +593,8 @@ def main(argv=None):
     lines, records = summarize(benches, results, opts.rounds, opts.quick)
     report = [
         "",
-        "== summary: %d rounds in %s, every bench a fresh process with --reps 1 per round%s ==" %
-        (opts.rounds, mmss(elapsed), " (quick)" if opts.quick else ""),
+        "== summary: %d rounds in %s, every bench a fresh process with %s per round%s ==" %
+        (opts.rounds, mmss(elapsed), per_process(opts), " (quick)" if opts.quick else ""),
         "machine: %s" % machine(),
     ]
     report += watch.stop()

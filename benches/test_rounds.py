@@ -240,8 +240,28 @@ class RoundsTest(unittest.TestCase):
         self.assertTrue(s["quick"])
         for c in fk.calls():
             want = ["--quick"] if c[0] == "a" else ["--seconds", "0.2"]
-            self.assertEqual(c[2][-3 - len(want):], ["--own-arg", "--reps", "1"] + want)
+            self.assertEqual(c[2][-3 - len(want):], ["--own-arg"] + want + ["--reps", "1"])
         self.assertRegex(out, r"target q >= 1x: +median 2.50x \(min-max 2.00-3.00x, 2 rounds\): met \(quick\)")
+
+    def test_slices(self):
+        fk = Fakes(self.tmp)
+        lines = series("s", ">=", "1", "x", [2, 3])
+        args = fk.bench("a", lines) + fk.bench("b", lines) + ["--slices", "4", "--slice-args", "b=--lat 9"]
+        rc, out, s = self.run_driver(args, 2)
+        self.assertEqual(rc, 0, out)
+        calls = fk.calls()
+        self.assertEqual(len(calls), 4)
+        for c in calls:
+            want = ["--reps", "4", "--row-time", "0.125"] + (["--lat", "9"] if c[0] == "b" else [])
+            self.assertEqual(c[2], ["--own-arg"] + want)
+        self.assertIn("--reps 4 --row-time 0.125 (4 slices of a 0.5 s window) per round", out)
+        # quick: the window is 0.2 s; --window sets it; --slices 1 is --reps 1
+        rc, out, s = self.run_driver(fk.bench("c", lines) + ["--quick", "--slices", "2"], 1)
+        self.assertEqual(fk.calls()[-1][2], ["--own-arg", "--quick", "--reps", "2", "--row-time", "0.1"])
+        rc, out, s = self.run_driver(fk.bench("d", lines) + ["--slices", "5", "--window", "2"], 1)
+        self.assertEqual(fk.calls()[-1][2], ["--own-arg", "--reps", "5", "--row-time", "0.4"])
+        rc, out, s = self.run_driver(fk.bench("e", lines) + ["--slices", "1", "--slice-args", "e=--x"], 1)
+        self.assertEqual(fk.calls()[-1][2], ["--own-arg", "--reps", "1"])
 
     def test_failing_bench(self):
         fk = Fakes(self.tmp)
@@ -286,7 +306,8 @@ class RoundsTest(unittest.TestCase):
 
     def test_usage_errors(self):
         for args in ([], ["--bench", "noequals"], ["--bench", "a=x", "--bench", "a=y"],
-                     ["--bench", "a=x", "--quick-args", "b=--q"]):
+                     ["--bench", "a=x", "--quick-args", "b=--q"], ["--bench", "a=x", "--slice-args", "b=--q"],
+                     ["--bench", "a=x", "--slices", "0"], ["--bench", "a=x", "--window", "0"]):
             p = subprocess.run([sys.executable, ROUNDS, "--out", os.path.join(self.tmp, "usage")] + args,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
             self.assertNotEqual(p.returncode, 0, args)

@@ -12,17 +12,22 @@
 # range of its figures (min-max below 5): met, MISSED or unsettled (the
 # spread straddles the goal), one line per target in a format the benches
 # share. make bench takes its repetitions as fresh processes: the driver
-# benches/rounds.py runs every bench once per round with --reps 1, the
-# order of the benches rotated per round, and judges each target on its
-# per-round figures (a process keeps the mode it lands in, placement or
-# memory layout, so repetitions inside one process do not sample it;
-# docs/decisions/0027). The standalone bench-* targets below still take
-# their repetitions in one process (--reps, default 5).
+# benches/rounds.py runs every bench once per round, the order of the
+# benches rotated per round, and judges each target on its per-round
+# figures (a process keeps the mode it lands in, placement or memory
+# layout, so repetitions inside one process do not sample it;
+# docs/decisions/0027). Within a round a row's 0.5 s window is taken as
+# BENCH_SLICES slices (default 4: --reps 4 --row-time 0.125, and a quarter
+# of the latency samples per repetition), each with fresh threads and a
+# fresh channel, and the process's figure is their median: a thread
+# placement that lasts a window is drawn four times a round, not once
+# (decision 0027, "Slices"). The standalone bench-* targets below still
+# take their repetitions in one process (--reps, default 5).
 #
 #   make bench           BENCH_ROUNDS rounds (default 5) of bench-blocking,
 #                        bench-async, bench-peers, bench-ipc and
 #                        benches/side_by_side.rs, each bench a fresh process
-#                        with --reps 1 per round, built before the first
+#                        per round (BENCH_SLICES slices), built before the first
 #                        round (the C programs by their rules, the cargo
 #                        benches by the driver's cargo bench --no-run; the
 #                        rounds run the built executables directly). The
@@ -43,7 +48,8 @@
 #                        side_by_side 46 s, ipc 34 s, peers 23 s, async 9 s,
 #                        blocking 2 s); take figures on a quiet machine.
 #                        Each bench's *_ARGS below are passed to it in every
-#                        round (their --reps is overridden: --reps 1);
+#                        round (their --reps and --row-time are the
+#                        driver's);
 #                        BENCH_ARGS is side_by_side's: --row-time S,
 #                        --filter TEXT (rows containing TEXT; A|B either),
 #                        --no-latency, --budget N (the loop rows),
@@ -57,7 +63,7 @@
 #                        IPC_ICEORYX2=1 runs bench-ipc-iceoryx2 after it.
 #   make bench-quick     make bench with --quick everywhere (BENCH_QUICK=1;
 #                        async_peers: --seconds 0.2): 3 rounds (unless
-#                        BENCH_ROUNDS) of 0.2 s rows, fewer latency
+#                        BENCH_ROUNDS) of 0.2 s rows, no slices, fewer latency
 #                        samples; about 3 minutes after the builds; every
 #                        verdict marked (quick).
 #   make bench-blocking  benches/blocking.rs: the blocking single-message
@@ -151,6 +157,8 @@ BENCH_QUICK   ?= 0
 QUICK_ARG   := $(if $(filter 1,$(BENCH_QUICK)),--quick)
 # Rounds of make bench: every bench once per round, a fresh process each.
 BENCH_ROUNDS  ?= $(if $(QUICK_ARG),3,5)
+# Slices of a row's window per round (1: one repetition of the whole window).
+BENCH_SLICES  ?= $(if $(QUICK_ARG),1,4)
 # More options of benches/rounds.py, e.g. --verbose (each bench's progress).
 ROUNDS_ARGS   ?=
 BLOCKING_ARGS ?=
@@ -181,6 +189,9 @@ bench: $(PEERS_BIN) $(IPC_BIN) | need-cargo need-python3
 	  --cargo-bench "blocking=--bench blocking -- $(BLOCKING_ARGS)" \
 	  --cargo-bench "async_peers=--features tokio --bench async_peers -- $(ASYNC_ARGS)" \
 	  --quick-args "async_peers=--seconds 0.2" \
+	  --slices $(BENCH_SLICES) \
+	  --slice-args "side_by_side=--lat-samples $$((10000 / $(BENCH_SLICES)))" \
+	  --slice-args "ipc=--ping $$((1000 / $(BENCH_SLICES)))" \
 	  --bench "peers=$(PEERS_BIN) $(PEERS_ARGS)" \
 	  --bench "ipc=$(IPC_BIN) $(IPC_ARGS)" \
 	  --cargo-bench "side_by_side=--bench side_by_side -- $(BENCH_ARGS)" \
