@@ -541,8 +541,10 @@ impl Ring {
                     if tail.position() == pos {
                         return Pop::Empty(tail);
                     }
+                    backoff.wait_for_writer();
+                } else {
+                    backoff.snooze();
                 }
-                backoff.snooze();
                 head = self.head().load(Ordering::Relaxed);
             }
         }
