@@ -2305,7 +2305,10 @@ fn main() {
         );
         // The small-message goals against crossbeam's array channel (the
         // same algorithm family): 0.8x with one producer, 1.0x with four.
-        let _ = writeln!(o, "earlier targets, and the small-message path against crossbeam:");
+        let _ = writeln!(
+            o,
+            "earlier targets, and the small-message path against crossbeam:"
+        );
         for (eq, name) in [
             (Peer::EqRecvInto, "recv_into"),
             (Peer::EqBatch, "recv_batch"),

@@ -364,10 +364,11 @@ impl Chan {
         }
     }
 
-    /// Receives the head message as an owned buffer. A message over 48
-    /// bytes is handed over without a copy (its slot allocates a new buffer
-    /// on the next long send through it); a shorter one, stored in the slot
-    /// itself, is copied into a new `Vec`. `recv_into` never allocates.
+    /// Receives the head message as an owned buffer: a new `Vec`, allocated
+    /// on the calling thread, with a copy of the message. A message whose
+    /// slot buffer grew past 64 KiB is handed over without a copy instead
+    /// (the slot would free that buffer anyway). `recv_into` never
+    /// allocates.
     pub fn recv(&self, wait: Wait) -> Result<Vec<u8>> {
         match &self.inner {
             Inner::Local(sh) => sh.recv(wait),

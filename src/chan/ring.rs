@@ -196,8 +196,13 @@ impl Payload<'_> {
         }
     }
 
-    /// The message as an owned buffer: the heap buffer itself when there is
-    /// one, a new one for an inline message.
+    /// The message as an owned buffer. A copy made here, on the receiver's
+    /// thread, up to `SPARE_BUF_MAX`: the slot keeps its buffer for the
+    /// next sender, and the receiver's allocation is freed where it was
+    /// made, both in their threads' allocator caches. Taking the slot's
+    /// buffer instead made every message an allocation on the sender's
+    /// thread freed on the receiver's. A longer buffer is taken: it would be
+    /// freed anyway, and its copy costs more than an allocation.
     pub(super) fn into_vec(self) -> Vec<u8> {
         match self {
             Payload::Inline(m) => {
@@ -205,6 +210,7 @@ impl Payload<'_> {
                 m.copy_to(&mut v);
                 v
             }
+            Payload::Heap(v) if v.capacity() <= SPARE_BUF_MAX => v.as_slice().to_vec(),
             Payload::Heap(v) => std::mem::take(v),
         }
     }
