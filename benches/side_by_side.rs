@@ -371,20 +371,6 @@ impl Ep {
     }
 }
 
-fn pin(i: usize) {
-    if std::env::var_os("PIN").is_none() {
-        return;
-    }
-    let n = thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(i % n, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
-}
-
 fn context_switches() -> u64 {
     // SAFETY: rusage is plain data, filled by the kernel.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -1174,12 +1160,10 @@ fn run_throughput<T: Transport>(t: T, topo: Topo, size: usize, cfg: &Cfg) -> Run
     let start = Arc::new(Barrier::new(topo.p + topo.c + 1));
 
     let consumers: Vec<_> = (0..topo.c)
-        .map(|ci| {
+        .map(|_| {
             let (t, start) = (t.clone(), start.clone());
             let tally = Tally::new(topo.p, size, cfg.smoke);
-            let cpu = ci;
             thread::spawn(move || {
-                pin(cpu);
                 let rx = t.consumer(tally);
                 start.wait();
                 let (tally, wakes) = T::consume(rx);
@@ -1191,9 +1175,7 @@ fn run_throughput<T: Transport>(t: T, topo: Topo, size: usize, cfg: &Cfg) -> Run
         .map(|p| {
             let (t, start, stop, sent) = (t.clone(), start.clone(), stop.clone(), sent.clone());
             let mut msg = new_msg(size);
-            let cpu = topo.c + p;
             thread::spawn(move || {
-                pin(cpu);
                 let mut tx = t.producer();
                 start.wait();
                 let mut seq = 0;
