@@ -35,7 +35,9 @@ Slices: with --slices K (K > 1) each process gets `--reps K --row-time
 W/K` instead of `--reps 1`, where W is --window (default 0.5 s; 0.2 s with
 --quick): a row's window in a round stays W, taken as K shorter windows,
 each with fresh threads and a fresh channel, the rows interleaved slice by
-slice. The process's figure is the median over its K slices. A placement
+slice. The process's figure is the median over its K slices. (Each
+slice's warm-up is the bench's; make bench gives the benches that have one
+`--warm`, the whole window's, through --slice-args.) A placement
 of the threads that lasts a whole window (which CPU the consumer shares,
 with whom) is drawn K times per round instead of once
 (docs/decisions/0027-repetitions-in-fresh-processes.md, "Slices").

@@ -17,9 +17,10 @@
 # figures (a process keeps the mode it lands in, placement or memory
 # layout, so repetitions inside one process do not sample it;
 # docs/decisions/0027). Within a round a row's 0.5 s window is taken as
-# BENCH_SLICES slices (default 4: --reps 4 --row-time 0.125, and a quarter
-# of the latency samples per repetition), each with fresh threads and a
-# fresh channel, and the process's figure is their median: a thread
+# BENCH_SLICES slices (default 4: --reps 4 --row-time 0.125, each after the
+# whole window's warm-up, --warm 0.1, and a quarter of the latency samples
+# per repetition), each with fresh threads and a fresh channel, and the
+# process's figure is their median: a thread
 # placement that lasts a window is drawn four times a round, not once
 # (decision 0027, "Slices"). The standalone bench-* targets below still
 # take their repetitions in one process (--reps, default 5).
@@ -190,8 +191,10 @@ bench: $(PEERS_BIN) $(IPC_BIN) | need-cargo need-python3
 	  --cargo-bench "async_peers=--features tokio --bench async_peers -- $(ASYNC_ARGS)" \
 	  --quick-args "async_peers=--seconds 0.2" \
 	  --slices $(BENCH_SLICES) \
-	  --slice-args "side_by_side=--lat-samples $$((10000 / $(BENCH_SLICES)))" \
-	  --slice-args "ipc=--ping $$((1000 / $(BENCH_SLICES)))" \
+	  --slice-args "blocking=--warm 0.1" \
+	  --slice-args "peers=--warm 0.1" \
+	  --slice-args "ipc=--warm 0.1 --ping $$((1000 / $(BENCH_SLICES)))" \
+	  --slice-args "side_by_side=--warm 0.1 --lat-samples $$((10000 / $(BENCH_SLICES)))" \
 	  --bench "peers=$(PEERS_BIN) $(PEERS_ARGS)" \
 	  --bench "ipc=$(IPC_BIN) $(IPC_ARGS)" \
 	  --cargo-bench "side_by_side=--bench side_by_side -- $(BENCH_ARGS)" \

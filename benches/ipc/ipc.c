@@ -35,7 +35,7 @@
  * if a run failed to deliver (a lost, duplicated, reordered or damaged
  * message, a hang), 2 on an error of the bench itself.
  *
- *   ipc [--smoke] [--quick] [--reps N] [--row-time S] [--ping N] [--filter TEXT]
+ *   ipc [--smoke] [--quick] [--reps N] [--row-time S] [--warm S] [--ping N] [--filter TEXT]
  *
  * --smoke: a fixed tiny count per producer, one repetition, 20 pings, no
  * timing judged (make test's bench-ipc-smoke). --quick: 3 repetitions of
@@ -107,7 +107,7 @@ static int filtered_in(const char *name)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: ipc [--smoke] [--quick] [--reps N] [--row-time S] [--ping N] "
+            "usage: ipc [--smoke] [--quick] [--reps N] [--row-time S] [--warm S] [--ping N] "
             "[--filter TEXT]\n");
     exit(2);
 }

@@ -3,9 +3,9 @@
 //! method` in benches/peers/peers.h and common.c), included by each bench
 //! with `#[path]`:
 //!
-//! - a row runs for a time, not a count: a warm-up, then a window of
-//!   `--row-time` seconds (default 0.5; `--quick` 0.2); `--smoke` stays
-//!   count-based;
+//! - a row runs for a time, not a count: a warm-up (`--warm` seconds,
+//!   default a fifth of the window), then a window of `--row-time` seconds
+//!   (default 0.5; `--quick` 0.2); `--smoke` stays count-based;
 //! - the rows compared with each other (one configuration) run repetition
 //!   by repetition (`--reps`, default 5; `--quick` 3), rep 1 of each row,
 //!   then rep 2, in an order rotated per repetition ([`order`]);
@@ -36,13 +36,15 @@ pub struct Method {
     pub warm: Duration,
 }
 
-/// `--reps N`, `--row-time S`, `--quick`, `--smoke`, gathered by [`Method::arg`].
+/// `--reps N`, `--row-time S`, `--warm S`, `--quick`, `--smoke`, gathered by
+/// [`Method::arg`].
 #[derive(Default)]
 pub struct MethodArgs {
     smoke: bool,
     quick: bool,
     reps: Option<usize>,
     row_time: Option<f64>,
+    warm: Option<f64>,
 }
 
 pub const MAX_REPS: usize = 50;
@@ -58,6 +60,7 @@ impl MethodArgs {
             "--row-time" => {
                 self.row_time = Some(args.next().and_then(|v| v.parse().ok()).unwrap_or(0.0))
             }
+            "--warm" => self.warm = Some(args.next().and_then(|v| v.parse().ok()).unwrap_or(0.0)),
             _ => return false,
         }
         true
@@ -75,8 +78,10 @@ impl MethodArgs {
             5
         });
         let row_time = self.row_time.unwrap_or(if self.quick { 0.2 } else { 0.5 });
-        if reps == 0 || reps > MAX_REPS || row_time.is_nan() || row_time <= 0.0 || row_time > 60.0 {
-            eprintln!("--reps 1..{MAX_REPS}, --row-time in seconds (0 < S <= 60)");
+        let warm = self.warm.unwrap_or(row_time / 5.0);
+        let out_of_range = |s: f64| s.is_nan() || s <= 0.0 || s > 60.0;
+        if reps == 0 || reps > MAX_REPS || out_of_range(row_time) || out_of_range(warm) {
+            eprintln!("--reps 1..{MAX_REPS}, --row-time and --warm in seconds (0 < S <= 60)");
             std::process::exit(2);
         }
         let row_time = Duration::from_secs_f64(row_time);
@@ -85,7 +90,7 @@ impl MethodArgs {
             quick: self.quick,
             reps: if smoke { 1 } else { reps },
             row_time,
-            warm: row_time / 5,
+            warm: Duration::from_secs_f64(warm),
         }
     }
 }

@@ -211,6 +211,11 @@ int method_arg(struct method *m, int argc, char **argv, int *i)
         m->reps = atoi(argv[++*i]);
     else if (!strcmp(a, "--row-time"))
         m->row_time = atof(argv[++*i]);
+    else if (!strcmp(a, "--warm")) {
+        m->warm = atof(argv[++*i]);
+        if (!(m->warm > 0))
+            m->warm = -1; /* out of range, not "unset" */
+    }
     else
         return 0;
     return 1;
@@ -219,16 +224,20 @@ int method_arg(struct method *m, int argc, char **argv, int *i)
 void method_finish(struct method *m)
 {
     m->smoke |= smoke_from_env();
-    if (m->reps < 0 || m->reps > METHOD_MAX_REPS || m->row_time < 0 || m->row_time > 60) {
-        fprintf(stderr, "%s: --reps 1..%d, --row-time in seconds (0 < S <= 60)\n", bench_prog,
-                METHOD_MAX_REPS);
+    if (m->reps < 0 || m->reps > METHOD_MAX_REPS || m->row_time < 0 || m->row_time > 60 ||
+        m->warm < 0 || m->warm > 60) {
+        fprintf(stderr,
+                "%s: --reps 1..%d, --row-time in seconds (0 < S <= 60), --warm in seconds "
+                "(0 < S <= 60)\n",
+                bench_prog, METHOD_MAX_REPS);
         exit(2);
     }
     if (!m->reps)
         m->reps = m->smoke ? 1 : m->quick ? 3 : 5;
     if (m->row_time == 0)
         m->row_time = m->quick ? 0.2 : 0.5;
-    m->warm = m->row_time / 5;
+    if (m->warm == 0)
+        m->warm = m->row_time / 5;
 }
 
 void method_plan(const struct method *m, const char *prog, int rows, double per_row,

@@ -25,7 +25,7 @@
  * the 1 KiB payload). The program exits 1 if any configuration failed to
  * deliver, 2 on an error of a library call; it never checks a timing.
  *
- *   peers [--smoke | --selftest] [--quick] [--reps N] [--row-time S] [--msgs N]
+ *   peers [--smoke | --selftest] [--quick] [--reps N] [--row-time S] [--warm S] [--msgs N]
  *         [--filter TEXT]
  *
  * --smoke: a fixed tiny count (--msgs, default 4000), one repetition
@@ -141,7 +141,7 @@ static int filtered_in(const char *name)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: peers [--smoke | --selftest] [--quick] [--reps N] [--row-time S] "
+    fprintf(stderr, "usage: peers [--smoke | --selftest] [--quick] [--reps N] [--row-time S] [--warm S] "
                     "[--msgs N] [--filter TEXT]\n");
     exit(2);
 }

@@ -244,7 +244,8 @@ double median(const double *v, int n);
 
 /* The method every rate bench shares (the Rust benches' twin is
  * benches/method/mod.rs): each row runs for a time, not a count (a warm-up,
- * then a window of --row-time seconds); the rows compared with each other
+ * of --warm seconds, default a fifth of the window, then a window of
+ * --row-time seconds); the rows compared with each other
  * (one configuration) run repetition by repetition, rep 1 of each row, then
  * rep 2, in an order rotated per repetition; a target is judged on the
  * per-repetition figures: their median and inter-quartile range (min-max
@@ -254,7 +255,7 @@ struct method {
     double row_time, warm; /* seconds */
 };
 #define METHOD_MAX_REPS 50
-/* Consumes --reps N, --row-time S, --quick at argv[*i] (advancing *i past
+/* Consumes --reps N, --row-time S, --warm S, --quick at argv[*i] (advancing *i past
  * a value); returns 0 if argv[*i] is none of them. */
 int method_arg(struct method *m, int argc, char **argv, int *i);
 /* After the options: the defaults (5 reps of 0.5 s; --quick 3 of 0.2 s;
