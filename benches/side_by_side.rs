@@ -55,7 +55,9 @@
 //! is judged by the peers bench (`make bench-peers`). `--quick`: 3
 //! repetitions of 0.2 s rows, fewer latency samples. `--lat-samples N`:
 //! samples per latency row and repetition (the 1 ms gap rows a fifth of
-//! it), for `make bench`'s slices, which run more, shorter repetitions.
+//! it); `--lat-reps N`: the latency rows in the first N repetitions only
+//! (`make bench`'s slices run the throughput rows as more, shorter
+//! repetitions and the latency rows once, whole).
 //!
 //! Allocations: a counting global allocator; allocations per message in the
 //! timed window (after warm-up) are printed for every row.
@@ -169,6 +171,8 @@ struct Cfg {
     reps: usize,
     /// Samples per latency test per repetition.
     lat_iters: usize,
+    /// Repetitions of the latency rows (`--lat-reps`; default `reps`).
+    lat_reps: usize,
     lat_warm: usize,
     /// Idle wake-up samples per repetition with the 1 ms gap pacing.
     gap_iters: usize,
@@ -189,6 +193,7 @@ impl Cfg {
         let mut latency = true;
         let mut low_water = Vec::new();
         let mut lat_samples = None;
+        let mut lat_reps = None;
         let mut args = std::env::args().skip(1);
         while let Some(a) = args.next() {
             if margs.arg(&a, &mut args) {
@@ -200,6 +205,13 @@ impl Cfg {
                 "--msgs" => msgs = args.next().and_then(|v| v.parse().ok()),
                 "--filter" => filter = args.next(),
                 "--no-latency" => latency = false,
+                "--lat-reps" => match args.next().and_then(|v| v.parse::<usize>().ok()) {
+                    Some(n) if (1..=method::MAX_REPS).contains(&n) => lat_reps = Some(n),
+                    _ => {
+                        eprintln!("--lat-reps: 1..{}", method::MAX_REPS);
+                        std::process::exit(2);
+                    }
+                },
                 "--lat-samples" => match args.next().and_then(|v| v.parse::<usize>().ok()) {
                     Some(n) if (5..=1_000_000).contains(&n) => lat_samples = Some(n),
                     _ => {
@@ -223,7 +235,7 @@ impl Cfg {
                 }
                 _ => {
                     eprintln!(
-                        "usage: side_by_side [--smoke] [--quick] [--reps N] [--row-time S] [--msgs N] [--filter TEXT] [--no-latency] [--lat-samples N] [--budget N] [--low-water N[,N..]] [--send-fd]"
+                        "usage: side_by_side [--smoke] [--quick] [--reps N] [--row-time S] [--msgs N] [--filter TEXT] [--no-latency] [--lat-samples N] [--lat-reps N] [--budget N] [--low-water N[,N..]] [--send-fd]"
                     );
                     std::process::exit(2);
                 }
@@ -238,6 +250,7 @@ impl Cfg {
                 msgs: msgs.unwrap_or(4000),
                 reps,
                 lat_iters: 100,
+                lat_reps: reps,
                 lat_warm: 10,
                 gap_iters: 20,
                 filter,
@@ -251,6 +264,7 @@ impl Cfg {
                 msgs: msgs.unwrap_or(4000),
                 reps,
                 lat_iters: lat_samples.unwrap_or(if m.quick { 2000 } else { 10_000 }),
+                lat_reps: lat_reps.unwrap_or(reps).min(reps),
                 lat_warm: 200,
                 gap_iters: lat_samples.map_or(if m.quick { 500 } else { 2000 }, |n| n / 5),
                 filter,
@@ -1871,6 +1885,8 @@ fn main() {
     } else {
         0.0
     };
+    // plan() counts `extra` per repetition.
+    let latency_s = latency_s * cfg.lat_reps as f64 / cfg.reps as f64;
     cfg.m.plan("side_by_side", timed_rows, 0.05, latency_s);
 
     let watch = method::Watch::start();
@@ -1916,8 +1932,12 @@ fn main() {
         }
     }
     if cfg.latency {
-        for rep in 0..cfg.reps {
-            eprintln!("side_by_side: latency, repetition {}/{}", rep + 1, cfg.reps);
+        for rep in 0..cfg.lat_reps {
+            eprintln!(
+                "side_by_side: latency, repetition {}/{}",
+                rep + 1,
+                cfg.lat_reps
+            );
             for (j, &pacing) in pacings.iter().enumerate() {
                 for i in 0..idles.len() {
                     let i = method::order(i, rep, idles.len());

@@ -17,11 +17,11 @@
 # figures (a process keeps the mode it lands in, placement or memory
 # layout, so repetitions inside one process do not sample it;
 # docs/decisions/0027). Within a round a row's 0.5 s window is taken as
-# BENCH_SLICES slices (default 4: --reps 4 --row-time 0.125, each after the
-# whole window's warm-up, --warm 0.1, and a quarter of the latency samples
-# per repetition), each with fresh threads and a fresh channel, and the
+# BENCH_SLICES slices (default 3: --reps 3 --row-time 0.167, each after the
+# whole window's warm-up, --warm 0.1; the latency rows run once, whole,
+# --lat-reps 1 and --ping-reps 1), each with fresh threads and a fresh channel, and the
 # process's figure is their median: a thread
-# placement that lasts a window is drawn four times a round, not once
+# placement that lasts a window is drawn three times a round, not once
 # (decision 0027, "Slices"). The standalone bench-* targets below still
 # take their repetitions in one process (--reps, default 5).
 #
@@ -44,10 +44,9 @@
 #                        crossbeam-channel, a semaphore-eventfd queue, a
 #                        pipe and the seed's bare eventfd, plus idle
 #                        wake-up (handshake and 1 ms idle-gap pacing) and
-#                        ping-pong latency. About 10 minutes on 2 CPUs
-#                        after the builds (a round about 2 minutes:
-#                        side_by_side 46 s, ipc 34 s, peers 23 s, async 9 s,
-#                        blocking 2 s); take figures on a quiet machine.
+#                        ping-pong latency. About 13 minutes on 2 CPUs
+#                        after the builds (a round about 2.7 minutes);
+#                        take figures on a quiet machine.
 #                        Each bench's *_ARGS below are passed to it in every
 #                        round (their --reps and --row-time are the
 #                        driver's);
@@ -159,7 +158,7 @@ QUICK_ARG   := $(if $(filter 1,$(BENCH_QUICK)),--quick)
 # Rounds of make bench: every bench once per round, a fresh process each.
 BENCH_ROUNDS  ?= $(if $(QUICK_ARG),3,5)
 # Slices of a row's window per round (1: one repetition of the whole window).
-BENCH_SLICES  ?= $(if $(QUICK_ARG),1,4)
+BENCH_SLICES  ?= $(if $(QUICK_ARG),1,3)
 # More options of benches/rounds.py, e.g. --verbose (each bench's progress).
 ROUNDS_ARGS   ?=
 BLOCKING_ARGS ?=
@@ -186,15 +185,15 @@ IPC_WAKES_BIN  := $(BUILD)/bench-ipc/empty_wakes
 # driver, all before its first round; footprint runs once, after it.
 bench: $(PEERS_BIN) $(IPC_BIN) | need-cargo need-python3
 	$(PYTHON3) benches/rounds.py --rounds $(BENCH_ROUNDS) $(QUICK_ARG) --cargo "$(CARGO)" \
-	  --round-seconds $(if $(QUICK_ARG),50,120) \
+	  --round-seconds $(if $(QUICK_ARG),50,160) \
 	  --cargo-bench "blocking=--bench blocking -- $(BLOCKING_ARGS)" \
 	  --cargo-bench "async_peers=--features tokio --bench async_peers -- $(ASYNC_ARGS)" \
 	  --quick-args "async_peers=--seconds 0.2" \
 	  --slices $(BENCH_SLICES) \
 	  --slice-args "blocking=--warm 0.1" \
 	  --slice-args "peers=--warm 0.1" \
-	  --slice-args "ipc=--warm 0.1 --ping $$((1000 / $(BENCH_SLICES)))" \
-	  --slice-args "side_by_side=--warm 0.1 --lat-samples $$((10000 / $(BENCH_SLICES)))" \
+	  --slice-args "ipc=--warm 0.1 --ping-reps 1" \
+	  --slice-args "side_by_side=--warm 0.1 --lat-reps 1" \
 	  --bench "peers=$(PEERS_BIN) $(PEERS_ARGS)" \
 	  --bench "ipc=$(IPC_BIN) $(IPC_ARGS)" \
 	  --cargo-bench "side_by_side=--bench side_by_side -- $(BENCH_ARGS)" \

@@ -35,11 +35,14 @@
  * if a run failed to deliver (a lost, duplicated, reordered or damaged
  * message, a hang), 2 on an error of the bench itself.
  *
- *   ipc [--smoke] [--quick] [--reps N] [--row-time S] [--warm S] [--ping N] [--filter TEXT]
+ *   ipc [--smoke] [--quick] [--reps N] [--row-time S] [--warm S] [--ping N]
+ *       [--ping-reps N] [--filter TEXT]
  *
  * --smoke: a fixed tiny count per producer, one repetition, 20 pings, no
  * timing judged (make test's bench-ipc-smoke). --quick: 3 repetitions of
- * 0.2 s, 250 pings. --seconds S is --row-time S. --filter: only rows whose
+ * 0.2 s, 250 pings. --seconds S is --row-time S. --ping-reps N: the ping
+ * rows in the first N repetitions only (make bench's slices run the rate
+ * rows as more, shorter repetitions and the pings once). --filter: only rows whose
  * "<config> <size> B <label>" (ping rows: "ping <label>") contains TEXT or
  * one of its '|'-separated alternatives.
  */
@@ -77,7 +80,7 @@ const char *const bench_prog = "bench-ipc";
 
 static struct {
     struct method m;
-    int smoke, reps, ping;
+    int smoke, reps, ping, ping_reps;
     const char *filter;
 } cfg;
 
@@ -107,7 +110,7 @@ static int filtered_in(const char *name)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: ipc [--smoke] [--quick] [--reps N] [--row-time S] [--warm S] [--ping N] "
+            "usage: ipc [--smoke] [--quick] [--reps N] [--row-time S] [--warm S] [--ping N] [--ping-reps N] "
             "[--filter TEXT]\n");
     exit(2);
 }
@@ -125,6 +128,11 @@ static void parse_args(int argc, char **argv)
             cfg.m.smoke = 1;
         else if (!strcmp(a, "--ping") && i + 1 < argc)
             cfg.ping = atoi(argv[++i]);
+        else if (!strcmp(a, "--ping-reps") && i + 1 < argc) {
+            cfg.ping_reps = atoi(argv[++i]);
+            if (cfg.ping_reps < 1 || cfg.ping_reps > METHOD_MAX_REPS)
+                usage();
+        }
         else if (!strcmp(a, "--filter") && i + 1 < argc)
             cfg.filter = argv[++i];
         else
@@ -135,6 +143,8 @@ static void parse_args(int argc, char **argv)
     method_finish(&cfg.m);
     cfg.smoke = cfg.m.smoke;
     cfg.reps = cfg.m.reps;
+    if (!cfg.ping_reps || cfg.ping_reps > cfg.reps)
+        cfg.ping_reps = cfg.reps;
     if (cfg.ping < 0)
         cfg.ping = cfg.smoke ? 20 : cfg.m.quick ? 250 : 1000;
 }
@@ -711,8 +721,8 @@ int main(int argc, char **argv)
             }
         }
     }
-    for (int rep = 0; rep < cfg.reps; rep++) {
-        fprintf(stderr, "bench-ipc: idle-gap ping, repetition %d/%d\n", rep + 1, cfg.reps);
+    for (int rep = 0; rep < cfg.ping_reps; rep++) {
+        fprintf(stderr, "bench-ipc: idle-gap ping, repetition %d/%d\n", rep + 1, cfg.ping_reps);
         for (int j = 0; j < NPING; j++) {
             int i = method_order(j, rep, NPING);
             char name[256];
