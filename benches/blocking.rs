@@ -12,9 +12,9 @@
 //!
 //! The method is the one every rate bench shares (benches/method/mod.rs):
 //! each run lasts a time, not a count (a warm-up of a fifth of `--row-time`
-//! or `--warm` seconds,
-//! then a window of `--row-time` seconds, default 0.5, the producer looking
-//! at the clock once per 1024 messages); the two paths alternate,
+//! or `--warm` seconds, then a window of `--row-time` seconds, default 0.5,
+//! the producer looking at the clock once per 1024 messages); the two paths
+//! alternate,
 //! repetition by repetition (`--reps`, default 5), the first rotating. The
 //! table gives the median ns per message with its inter-quartile range
 //! (min-max below 5 repetitions), the ratio blocking / epoll taken within

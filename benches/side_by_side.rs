@@ -46,9 +46,9 @@
 //! every throughput row runs for a time, not a count (the producers send
 //! until told to stop; the rate is what they sent in a window of
 //! `--row-time` seconds, default 0.5, after a warm-up of a fifth of that or
-//! `--warm` seconds);
-//! the rows of one configuration run repetition by repetition (`--reps`,
-//! default 5), in an order rotated per repetition; every ratio is taken
+//! `--warm` seconds); the rows of one configuration run repetition by
+//! repetition (`--reps`, default 5), in an order rotated per repetition;
+//! every ratio is taken
 //! within a repetition. The summary at the end judges every performance
 //! target on the spread of its per-repetition figures (median and
 //! inter-quartile range: met, MISSED or unsettled); the loop against libuv
