@@ -42,8 +42,8 @@ of the threads that lasts a whole window (which CPU the consumer shares,
 with whom) is drawn K times per round instead of once
 (docs/decisions/0027-repetitions-in-fresh-processes.md, "Slices").
   --slice-args NAME=ARGS      with --slices, ARGS appended for that bench
-                              (e.g. fewer latency samples per repetition,
-                              so a round's latency rows keep their time)
+                              (make bench: the whole window's --warm, and
+                              the latency rows in one repetition only)
 
 Each process gets EVENTQ_BENCH_ROUND=N (1-based) in its environment. The
 driver exits 1 (naming bench and round) if any bench process failed (a

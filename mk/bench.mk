@@ -44,8 +44,8 @@
 #                        crossbeam-channel, a semaphore-eventfd queue, a
 #                        pipe and the seed's bare eventfd, plus idle
 #                        wake-up (handshake and 1 ms idle-gap pacing) and
-#                        ping-pong latency. About 13 minutes on 2 CPUs
-#                        after the builds (a round about 2.7 minutes);
+#                        ping-pong latency. About 12 minutes on 2 CPUs
+#                        after the builds (a round about 2.2 minutes);
 #                        take figures on a quiet machine.
 #                        Each bench's *_ARGS below are passed to it in every
 #                        round (their --reps and --row-time are the
@@ -185,7 +185,7 @@ IPC_WAKES_BIN  := $(BUILD)/bench-ipc/empty_wakes
 # driver, all before its first round; footprint runs once, after it.
 bench: $(PEERS_BIN) $(IPC_BIN) | need-cargo need-python3
 	$(PYTHON3) benches/rounds.py --rounds $(BENCH_ROUNDS) $(QUICK_ARG) --cargo "$(CARGO)" \
-	  --round-seconds $(if $(QUICK_ARG),50,160) \
+	  --round-seconds $(if $(QUICK_ARG),50,135) \
 	  --cargo-bench "blocking=--bench blocking -- $(BLOCKING_ARGS)" \
 	  --cargo-bench "async_peers=--features tokio --bench async_peers -- $(ASYNC_ARGS)" \
 	  --quick-args "async_peers=--seconds 0.2" \
