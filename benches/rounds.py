@@ -45,6 +45,14 @@ with whom) is drawn K times per round instead of once
                               (make bench: the whole window's --warm, and
                               the latency rows in one repetition only)
 
+Phases: with --probe COMMAND the driver runs COMMAND (split as by a POSIX
+shell) before every bench process and reads one number from its stdout:
+the machine's phase at that moment (make bench: benches/probe/
+line_transfer.c, the nanoseconds to hand a cache line between two
+threads). The progress line and the summary show it per process, and
+summary.json keeps it ("probe"); a probe that fails or prints no number
+shows as '?' and stops nothing. It is reported, not used in a verdict.
+
 Each process gets EVENTQ_BENCH_ROUND=N (1-based) in its environment. The
 driver exits 1 (naming bench and round) if any bench process failed (a
 non-zero exit: the benches fail on a delivery error; or --timeout), after
@@ -297,6 +305,25 @@ def cargo_build(cargo, bench):
     bench.argv = [exe, "--bench"] + bench_part
 
 
+def run_probe(argv):
+    """The probe's number, or None (it failed, hung or printed none)."""
+    try:
+        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                           universal_newlines=True, timeout=30)  # a watchdog
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if p.returncode != 0:
+        return None
+    try:
+        return float(p.stdout.split()[0])
+    except (IndexError, ValueError):
+        return None
+
+
+def fmt_probe(x):
+    return "?" if x is None else "%g" % x
+
+
 def window(opts):
     return opts.window if opts.window is not None else (0.2 if opts.quick else 0.5)
 
@@ -475,6 +502,8 @@ def main(argv=None):
     ap.add_argument("--cargo-bench", dest="specs", action="append", metavar="NAME=CARGO_ARGS[ -- ARGS]",
                     type=lambda s: ("--cargo-bench", s))
     ap.add_argument("--quick-args", action="append", default=[], metavar="NAME=ARGS")
+    ap.add_argument("--probe", metavar="COMMAND",
+                    help="run before every bench process; its number is reported as the machine's phase")
     ap.add_argument("--slice-args", action="append", default=[], metavar="NAME=ARGS")
     ap.add_argument("--slices", type=int, default=1,
                     help="repetitions per process sharing a row's window (default 1)")
@@ -550,7 +579,8 @@ def main(argv=None):
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
     runner = Runner(opts, benches, out)
-    results, failures = {}, []
+    probe_argv = shlex.split(opts.probe) if opts.probe else None
+    results, failures, probes = {}, [], []  # probes: (round, bench, number or None)
     watch.start_ticks()
     t_start = time.monotonic()
     interrupted = False
@@ -561,11 +591,16 @@ def main(argv=None):
                 b = benches[(i + rnd - 1) % len(benches)]
                 sys.stdout.write("round %d/%d  %-14s " % (rnd, opts.rounds, b.name))
                 sys.stdout.flush()
+                probe = ""
+                if probe_argv:
+                    x = run_probe(probe_argv)
+                    probes.append((rnd, b.name, x))
+                    probe = ", probe %s" % fmt_probe(x)
                 rc, secs, text = runner.run_one(rnd, b)
                 if rc == 0:
                     targets = parse_targets(text)
                     results.setdefault(b.name, {})[rnd] = targets
-                    say("%6.1f s, %d targets" % (secs, len(targets)))
+                    say("%6.1f s, %d targets%s" % (secs, len(targets), probe))
                 else:
                     if rc is None:
                         why = "timed out after %g s" % opts.timeout
@@ -574,7 +609,7 @@ def main(argv=None):
                     else:
                         why = "exit %d" % rc
                     failures.append((b.name, rnd, why))
-                    say("%6.1f s, FAILED (%s; output in round-%d-%s.txt)" % (secs, why, rnd, b.name))
+                    say("%6.1f s, FAILED (%s; output in round-%d-%s.txt)%s" % (secs, why, rnd, b.name, probe))
             done = time.monotonic() - t_start
             if rnd < opts.rounds:
                 left = done / rnd * (opts.rounds - rnd)
@@ -600,6 +635,11 @@ def main(argv=None):
         "machine: %s" % machine(),
     ]
     report += watch.stop()
+    if probe_argv:
+        report.append("probe before each process (%s), by round, in the order run:" % opts.probe)
+        for rnd in sorted({r for r, _, _ in probes}):
+            report.append("  round %d: %s" % (rnd, " ".join(
+                "%s %s" % (n, fmt_probe(x)) for r, n, x in probes if r == rnd)))
     report += [
         "per target: the median of its per-round figures and their inter-quartile range "
         "(min-max below 5 rounds); met when the whole spread meets the goal, MISSED when none of "
@@ -634,6 +674,7 @@ def main(argv=None):
                 "quick": opts.quick,
                 "benches": names,
                 "failures": [{"bench": n, "round": r, "why": w} for n, r, w in failures],
+                "probe": [{"round": r, "bench": n, "value": x} for r, n, x in probes],
                 "targets": records,
             },
             f,

@@ -263,6 +263,33 @@ class RoundsTest(unittest.TestCase):
         rc, out, s = self.run_driver(fk.bench("e", lines) + ["--slices", "1", "--slice-args", "e=--x"], 1)
         self.assertEqual(fk.calls()[-1][2], ["--own-arg", "--reps", "1"])
 
+    def test_probe(self):
+        fk = Fakes(self.tmp)
+        lines = series("p", ">=", "1", "x", [2, 3])
+        # The probe prints 30 then 160 then fails (no number), in turn.
+        state = os.path.join(self.tmp, "probe.n")
+        probe = os.path.join(self.tmp, "probe.py")
+        with open(probe, "w") as f:
+            f.write("import sys\n"
+                    "p = %r\n"
+                    "try: n = int(open(p).read())\n"
+                    "except OSError: n = 0\n"
+                    "open(p, 'w').write(str(n + 1))\n"
+                    "if n %% 3 == 2: sys.exit(1)\n"
+                    "print([30, 160][n %% 3])\n" % state)
+        args = fk.bench("a", lines) + fk.bench("b", lines) + ["--probe", "%s %s" % (sys.executable, probe)]
+        rc, out, s = self.run_driver(args, 2)
+        self.assertEqual(rc, 0, out)
+        self.assertEqual([(p["round"], p["bench"], p["value"]) for p in s["probe"]],
+                         [(1, "a", 30.0), (1, "b", 160.0), (2, "b", None), (2, "a", 30.0)])
+        self.assertIn("  round 1: a 30 b 160", out)
+        self.assertIn("  round 2: b ? a 30", out)
+        self.assertRegex(out, r"round 1/2  a +\S+ s, 1 targets, probe 30")
+        # Without --probe: no probe line, an empty list.
+        rc, out, s = self.run_driver(fk.bench("c", lines), 1)
+        self.assertEqual(s["probe"], [])
+        self.assertNotIn("probe", out)
+
     def test_failing_bench(self):
         fk = Fakes(self.tmp)
         good = series("good", ">=", "1", "x", [2, 3, 4])
