@@ -22,7 +22,12 @@
 # --lat-reps 1 and --ping-reps 1), each with fresh threads and a fresh channel, and the
 # process's figure is their median: a thread
 # placement that lasts a window is drawn three times a round, not once
-# (decision 0027, "Slices"). The standalone bench-* targets below still
+# (decision 0027, "Slices"). Before every process the driver runs
+# benches/probe/line_transfer (the ns to hand a cache line between two
+# threads: about 30 or about 160 on this VM, by where the hypervisor puts
+# the vCPUs) and prints it beside the process and per round in the
+# summary, so a round in the far phase shows (decision 0027, "Phases").
+# The standalone bench-* targets below still
 # take their repetitions in one process (--reps, default 5).
 #
 #   make bench           BENCH_ROUNDS rounds (default 5) of bench-blocking,
@@ -177,19 +182,22 @@ IPC_SRCS    := $(sort $(wildcard benches/ipc/*.c)) benches/peers/common.c
 IPC_IOX_DIR := benches/ipc-iceoryx2
 IPC_WAKES_ARGS ?= 1000 8 1000
 IPC_WAKES_BIN  := $(BUILD)/bench-ipc/empty_wakes
+# The machine's phase before every bench process of make bench: the ns to
+# hand a cache line between two threads (benches/probe/line_transfer.c).
+PROBE_BIN   := $(BUILD)/bench-probe/line_transfer
 
 .PHONY: bench bench-quick bench-blocking bench-async bench-peers bench-ipc bench-ipc-iceoryx2 bench-ipc-wakes bench-go bench-go-micro \
         bench-python
 
 # The C programs are built as prerequisites and the cargo benches by the
 # driver, all before its first round; footprint runs once, after it.
-bench: $(PEERS_BIN) $(IPC_BIN) | need-cargo need-python3
+bench: $(PEERS_BIN) $(IPC_BIN) $(PROBE_BIN) | need-cargo need-python3
 	$(PYTHON3) benches/rounds.py --rounds $(BENCH_ROUNDS) $(QUICK_ARG) --cargo "$(CARGO)" \
 	  --round-seconds $(if $(QUICK_ARG),50,135) \
 	  --cargo-bench "blocking=--bench blocking -- $(BLOCKING_ARGS)" \
 	  --cargo-bench "async_peers=--features tokio --bench async_peers -- $(ASYNC_ARGS)" \
 	  --quick-args "async_peers=--seconds 0.2" \
-	  --slices $(BENCH_SLICES) \
+	  --slices $(BENCH_SLICES) --probe $(PROBE_BIN) \
 	  --slice-args "blocking=--warm 0.1" \
 	  --slice-args "peers=--warm 0.1" \
 	  --slice-args "ipc=--warm 0.1 --ping-reps 1" \
@@ -222,6 +230,10 @@ $(PEERS_BIN): $(PEERS_SRCS) benches/peers/peers.h benches/peers/drain.h $(PEERS_
 	  $(RPATH_TEST) $(LDFLAGS)
 bench-peers: $(PEERS_BIN)
 	$(PEERS_BIN) $(QUICK_ARG) $(PEERS_ARGS)
+
+$(PROBE_BIN): benches/probe/line_transfer.c | need-cc
+	@mkdir -p $(@D)
+	$(CC) $(C_STD_FLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS)
 
 $(IPC_BIN): $(IPC_SRCS) benches/ipc/ipc.h benches/peers/peers.h benches/peers/drain.h \
             $(PEERS_BUILD)/cflags $(PEERS_BUILD)/libs $(TEST_STAMP) | need-cc need-pkg-config
@@ -257,9 +269,13 @@ bench-python: $(PY_VENV)/.installed $(TEST_STAMP)
 	cd $(BUILD) && $(PY_ENV) $(PY) $(CURDIR)/$(PY_DIR)/bench/handoff.py $(BENCH_PY_ARGS)
 
 # Stage: the rounds driver (benches/rounds.py) against fake benches: the
-# per-round figures pooled, the verdicts, a missing round, a failing bench.
-stage-bench-rounds: | need-python3
+# per-round figures pooled, the verdicts, a missing round, a failing bench;
+# and the phase probe builds and prints a number.
+stage-bench-rounds: $(PROBE_BIN) | need-python3
 	$(PYTHON3) benches/test_rounds.py
+	@v=$$($(PROBE_BIN) 2000) && echo "$$v" | grep -Eq '^[0-9]+(\.[0-9]+)?$$' \
+	  && echo "line_transfer: $$v ns (a number)" \
+	  || { echo "line_transfer printed '$$v', not a number"; exit 1; }
 
 # Stage: side_by_side and footprint with tiny counts.
 stage-bench-smoke: | need-cargo
