@@ -535,18 +535,15 @@ def main(argv=None):
         ap.error("no bench given (--bench or --cargo-bench)")
     if len({b.name for b in benches}) != len(benches):
         ap.error("two benches of one name")
-    for spec in opts.quick_args:
-        name, args = split_spec(spec, "--quick-args")
-        match = [b for b in benches if b.name == name]
-        if not match:
-            ap.error("--quick-args %s: no such bench" % name)
-        match[0].quick_args = args
-    for spec in opts.slice_args:
-        name, args = split_spec(spec, "--slice-args")
-        match = [b for b in benches if b.name == name]
-        if not match:
-            ap.error("--slice-args %s: no such bench" % name)
-        match[0].slice_args = args
+    # Per-bench extra arguments: (option, its specs, the Bench field set).
+    for opt, specs, field in (("--quick-args", opts.quick_args, "quick_args"),
+                              ("--slice-args", opts.slice_args, "slice_args")):
+        for spec in specs:
+            name, args = split_spec(spec, opt)
+            match = [b for b in benches if b.name == name]
+            if not match:
+                ap.error("%s %s: no such bench" % (opt, name))
+            setattr(match[0], field, args)
 
     watch = Watch()
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

@@ -48,16 +48,14 @@
 //! `--row-time` seconds, default 0.5, after a warm-up of a fifth of that or
 //! `--warm` seconds); the rows of one configuration run repetition by
 //! repetition (`--reps`, default 5), in an order rotated per repetition;
-//! every ratio is taken
-//! within a repetition. The summary at the end judges every performance
-//! target on the spread of its per-repetition figures (median and
-//! inter-quartile range: met, MISSED or unsettled); the loop against libuv
-//! is judged by the peers bench (`make bench-peers`). `--quick`: 3
-//! repetitions of 0.2 s rows, fewer latency samples. `--lat-samples N`:
-//! samples per latency row and repetition (the 1 ms gap rows a fifth of
-//! it); `--lat-reps N`: the latency rows in the first N repetitions only
-//! (`make bench`'s slices run the throughput rows as more, shorter
-//! repetitions and the latency rows once, whole).
+//! every ratio is taken within a repetition. The summary at the end judges
+//! every performance target on the spread of its per-repetition figures
+//! (median and inter-quartile range: met, MISSED or unsettled); the loop
+//! against libuv is judged by the peers bench (`make bench-peers`).
+//! `--quick`: 3 repetitions of 0.2 s rows, fewer latency samples.
+//! `--lat-reps N`: the latency rows in the first N repetitions only (`make
+//! bench`'s slices run the throughput rows as more, shorter repetitions and
+//! the latency rows once, whole).
 //!
 //! Allocations: a counting global allocator; allocations per message in the
 //! timed window (after warm-up) are printed for every row.
@@ -192,7 +190,6 @@ impl Cfg {
         let mut filter = None;
         let mut latency = true;
         let mut low_water = Vec::new();
-        let mut lat_samples = None;
         let mut lat_reps = None;
         let mut args = std::env::args().skip(1);
         while let Some(a) = args.next() {
@@ -212,13 +209,6 @@ impl Cfg {
                         std::process::exit(2);
                     }
                 },
-                "--lat-samples" => match args.next().and_then(|v| v.parse::<usize>().ok()) {
-                    Some(n) if (5..=1_000_000).contains(&n) => lat_samples = Some(n),
-                    _ => {
-                        eprintln!("--lat-samples: 5..1000000");
-                        std::process::exit(2);
-                    }
-                },
                 "--send-fd" => SEND_FD.store(true, Ordering::Relaxed),
                 "--budget" => {
                     if let Some(b) = args.next().and_then(|v| v.parse().ok()) {
@@ -235,7 +225,7 @@ impl Cfg {
                 }
                 _ => {
                     eprintln!(
-                        "usage: side_by_side [--smoke] [--quick] [--reps N] [--row-time S] [--msgs N] [--filter TEXT] [--no-latency] [--lat-samples N] [--lat-reps N] [--budget N] [--low-water N[,N..]] [--send-fd]"
+                        "usage: side_by_side [--smoke] [--quick] [--reps N] [--row-time S] [--msgs N] [--filter TEXT] [--no-latency] [--lat-reps N] [--budget N] [--low-water N[,N..]] [--send-fd]"
                     );
                     std::process::exit(2);
                 }
@@ -263,10 +253,10 @@ impl Cfg {
                 smoke,
                 msgs: msgs.unwrap_or(4000),
                 reps,
-                lat_iters: lat_samples.unwrap_or(if m.quick { 2000 } else { 10_000 }),
+                lat_iters: if m.quick { 2000 } else { 10_000 },
                 lat_reps: lat_reps.unwrap_or(reps).min(reps),
                 lat_warm: 200,
-                gap_iters: lat_samples.map_or(if m.quick { 500 } else { 2000 }, |n| n / 5),
+                gap_iters: if m.quick { 500 } else { 2000 },
                 filter,
                 latency,
                 low_water,
