@@ -137,6 +137,10 @@ fn stamp(buf: &mut [u8], p: usize, seq: u64) {
 struct Tally {
     next: Vec<u64>,
     size: usize,
+    /// A message's bytes after its stamp (zeros): every consumer compares
+    /// each message's body against it, so every row reads every byte it
+    /// receives, as a real receiver would.
+    body: Vec<u8>,
     count: u64,
 }
 
@@ -145,12 +149,14 @@ impl Tally {
         Tally {
             next: vec![0; producers],
             size,
+            body: vec![0; size],
             count: 0,
         }
     }
 
     fn take(&mut self, m: &[u8]) {
         assert_eq!(m.len(), self.size, "a message of the wrong length");
+        assert!(m[8..] == self.body[8..], "a message's body corrupted");
         let w = u64::from_le_bytes(m[..8].try_into().unwrap());
         let (p, seq) = ((w >> 56) as usize, w & ((1 << 56) - 1));
         assert_eq!(
