@@ -42,6 +42,9 @@ use eventq::tokio::AsyncChan;
 use eventq::{Chan, Error, Options};
 use tokio::runtime::Runtime;
 
+#[path = "method/mod.rs"]
+mod method;
+
 const CAPACITY: usize = 1024;
 const SIZES: [usize; 2] = [8, 1024];
 const PRODUCERS: [usize; 2] = [1, 4];
@@ -340,8 +343,17 @@ fn main() {
             let mut rates = vec![Vec::new(); peers.len()];
             for _ in 0..cfg.reps {
                 for (i, &peer) in peers.iter().enumerate() {
+                    // The phase just before the row (not in smoke runs).
+                    let line = (!cfg.smoke).then(method::line_transfer_ns);
                     let (n, secs) = run(&rt, peer, producers, size, &cfg);
-                    rates[i].push(n as f64 / secs / 1e6);
+                    let rate = n as f64 / secs / 1e6;
+                    if let Some(ns) = line {
+                        eprintln!(
+                            "  {config} {}: {rate:.2} M msg/s, line {ns:.0} ns",
+                            peer.name()
+                        );
+                    }
+                    rates[i].push(rate);
                 }
             }
             println!("\n== {config} ==");

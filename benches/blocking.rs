@@ -241,7 +241,14 @@ fn main() {
                 let i = method::order(i, rep, paths.len());
                 // --only (for a profiler): the other path is not run.
                 if runs(paths[i]) {
-                    by_path[i].push(run(paths[i], size, len));
+                    // The phase just before the row (not in smoke runs).
+                    let line = (!m.smoke).then(method::line_transfer_ns);
+                    let r = run(paths[i], size, len);
+                    if let Some(ns) = line {
+                        let name = paths[i].name();
+                        eprintln!("  {size} B {name}: {:.1} ns/msg, line {ns:.0} ns", r.0);
+                    }
+                    by_path[i].push(r);
                 }
             }
         }

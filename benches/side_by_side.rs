@@ -1916,12 +1916,18 @@ fn main() {
                 }
                 let name = row_name(topo, size, peer);
                 progress(&name);
+                // The phase just before the row (not in smoke runs; just
+                // after a row its threads' exits slow the probe).
+                let phase = match (!cfg.smoke).then(method::line_transfer_ns) {
+                    Some(ns) => format!(", line {ns:.0} ns"),
+                    None => String::new(),
+                };
                 let t = Instant::now();
                 let out = peer.run(topo, size, &cfg);
+                let took = t.elapsed().as_secs_f64();
                 eprintln!(
-                    "  {name}: {:.2} M msg/s, {:.2} s",
-                    out.rate / 1e6,
-                    t.elapsed().as_secs_f64()
+                    "  {name}: {:.2} M msg/s, {took:.2} s{phase}",
+                    out.rate / 1e6
                 );
                 if let Some(e) = &out.error {
                     errors.push(format!("{name}: {e}"));

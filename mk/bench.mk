@@ -223,7 +223,7 @@ bench-async: | need-cargo
 $(PEERS_BUILD)/cflags: FORCE | need-cc need-pkg-config
 	@CC="$(CC)" PKG_CONFIG="$(PKG_CONFIG)" benches/peers/configure.sh $(PEERS_BUILD)
 $(PEERS_BUILD)/libs: $(PEERS_BUILD)/cflags
-$(PEERS_BIN): $(PEERS_SRCS) benches/peers/peers.h benches/peers/drain.h $(PEERS_BUILD)/cflags \
+$(PEERS_BIN): $(PEERS_SRCS) benches/peers/peers.h benches/peers/drain.h benches/probe/line_transfer.h $(PEERS_BUILD)/cflags \
               $(PEERS_BUILD)/libs $(TEST_STAMP) | need-cc need-pkg-config
 	$(CC) $(C_STD_FLAGS) $(CFLAGS) $(call pc_test,--cflags) $$(cat $(PEERS_BUILD)/cflags) \
 	  $(PEERS_SRCS) -o $@ $(call pc_test,--libs) $$(cat $(PEERS_BUILD)/libs) -lm \
@@ -231,11 +231,11 @@ $(PEERS_BIN): $(PEERS_SRCS) benches/peers/peers.h benches/peers/drain.h $(PEERS_
 bench-peers: $(PEERS_BIN)
 	$(PEERS_BIN) $(QUICK_ARG) $(PEERS_ARGS)
 
-$(PROBE_BIN): benches/probe/line_transfer.c | need-cc
+$(PROBE_BIN): benches/probe/line_transfer.c benches/probe/line_transfer.h | need-cc
 	@mkdir -p $(@D)
 	$(CC) $(C_STD_FLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS)
 
-$(IPC_BIN): $(IPC_SRCS) benches/ipc/ipc.h benches/peers/peers.h benches/peers/drain.h \
+$(IPC_BIN): $(IPC_SRCS) benches/ipc/ipc.h benches/peers/peers.h benches/peers/drain.h benches/probe/line_transfer.h \
             $(PEERS_BUILD)/cflags $(PEERS_BUILD)/libs $(TEST_STAMP) | need-cc need-pkg-config
 	@mkdir -p $(@D)
 	$(CC) $(C_STD_FLAGS) $(CFLAGS) $(call pc_test,--cflags) $$(cat $(PEERS_BUILD)/cflags) \

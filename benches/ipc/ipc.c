@@ -65,6 +65,7 @@
 #include <eventq.h>
 
 #include "ipc.h"
+#include "../probe/line_transfer.h"
 
 const char *const bench_prog = "bench-ipc";
 
@@ -712,10 +713,13 @@ int main(int argc, char **argv)
                 if (!filtered_in(name))
                     continue;
                 struct result *res = &results[gi][ri][counts[gi][ri]++];
+                char phase[32] = "";
+                if (!cfg.smoke) /* the phase just before the row */
+                    snprintf(phase, sizeof phase, ", line %.0f ns", line_transfer_ns(8, 2500));
                 double a = now_sec();
                 run_one(rows[ri], GROUPS[gi].producers, GROUPS[gi].size, MODE_FLOOD, name, res);
-                fprintf(stderr, "  %s: %.2f M msg/s, %.2f s%s\n", name, res->rate / 1e6,
-                        now_sec() - a, res->error[0] ? "  DELIVERY FAILED" : "");
+                fprintf(stderr, "  %s: %.2f M msg/s, %.2f s%s%s\n", name, res->rate / 1e6,
+                        now_sec() - a, phase, res->error[0] ? "  DELIVERY FAILED" : "");
                 if (res->error[0] && failures++ < 32)
                     snprintf(errors[failures - 1], sizeof errors[0], "%s", res->error);
             }

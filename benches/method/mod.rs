@@ -150,6 +150,57 @@ pub fn order(i: usize, rep: usize, n: usize) -> usize {
     (i + rep) % n
 }
 
+/// The machine's phase just now: the nanoseconds to hand one cache line
+/// between two threads, the median of 8 bursts of 2,500 hand-overs (a few
+/// milliseconds; the median, because a thread of the row before may still
+/// be exiting during the first). The in-process twin of
+/// benches/probe/line_transfer.c, printed beside each row so that a row run
+/// while the vCPUs sat far apart shows (docs/decisions/0027, "Phases").
+pub fn line_transfer_ns() -> f64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    /// The line, alone on its 128 bytes (the adjacent-line prefetcher's pair).
+    #[repr(align(128))]
+    struct Line(AtomicU64);
+
+    /// Waits for the line to read `want`, yielding now and then so two
+    /// threads on one CPU still take turns.
+    fn await_turn(line: &Line, want: u64) {
+        let mut spins = 0u32;
+        while line.0.load(Ordering::Acquire) != want {
+            spins = spins.wrapping_add(1);
+            if spins % 4096 == 0 {
+                thread::yield_now();
+            }
+        }
+    }
+
+    const BURSTS: u64 = 8;
+    const HANDOVERS: u64 = 2_500;
+    let line = Arc::new(Line(AtomicU64::new(0)));
+    let other = {
+        let line = line.clone();
+        thread::spawn(move || {
+            for i in (1..BURSTS * HANDOVERS).step_by(2) {
+                await_turn(&line, i);
+                line.0.store(i + 1, Ordering::Release);
+            }
+        })
+    };
+    let mut bursts = Vec::new();
+    for b in 0..BURSTS {
+        let start = Instant::now();
+        for i in (b * HANDOVERS..(b + 1) * HANDOVERS).step_by(2) {
+            line.0.store(i + 1, Ordering::Release);
+            await_turn(&line, i + 2);
+        }
+        bursts.push(start.elapsed().as_nanos() as f64 / HANDOVERS as f64);
+    }
+    other.join().expect("line_transfer thread");
+    quantile(&bursts, 0.5)
+}
+
 /// The q-quantile of `v` (linear interpolation); NaN for none.
 pub fn quantile(v: &[f64], q: f64) -> f64 {
     let mut s = v.to_vec();

@@ -50,6 +50,7 @@
 #include <eventq.h>
 
 #include "peers.h"
+#include "../probe/line_transfer.h"
 
 const char *const bench_prog = "bench-peers";
 
@@ -541,12 +542,16 @@ int main(int argc, char **argv)
                 if (!filtered_in(name))
                     continue;
                 struct result *res = res_at(gi, ri, counts[gi][ri]++);
+                char phase[32] = "";
+                if (!cfg.smoke) /* the phase just before the row */
+                    snprintf(phase, sizeof phase, ", line %.0f ns", line_transfer_ns(8, 2500));
                 struct timespec a, b;
                 clock_gettime(CLOCK_MONOTONIC, &a);
                 run_one(rows[ri], &GROUPS[gi], name, FAULT_NONE, res);
                 clock_gettime(CLOCK_MONOTONIC, &b);
-                fprintf(stderr, "  %s: %.2f M msg/s, %.2f s%s\n", name, res->rate / 1e6,
-                        ts_sec(&b) - ts_sec(&a), res->error[0] ? "  DELIVERY FAILED" : "");
+                fprintf(stderr, "  %s: %.2f M msg/s, %.2f s%s%s\n", name, res->rate / 1e6,
+                        ts_sec(&b) - ts_sec(&a), phase,
+                        res->error[0] ? "  DELIVERY FAILED" : "");
                 if (res->error[0]) {
                     if (failures < 64)
                         snprintf(errors[failures], sizeof errors[0], "%s: %s", name,
