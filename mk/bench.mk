@@ -26,7 +26,10 @@
 # benches/probe/line_transfer (the ns to hand a cache line between two
 # threads: about 30 or about 160 on this VM, by where the hypervisor puts
 # the vCPUs) and prints it beside the process and per round in the
-# summary, so a round in the far phase shows (decision 0027, "Phases").
+# summary, so a round in the far phase shows (decision 0027, "Phases");
+# and every bench measures the same in process just before each row and
+# prints it on the row's progress line (", line 41 ns"; kept in the
+# round's output directory), since the phase turns within seconds.
 # The standalone bench-* targets below still
 # take their repetitions in one process (--reps, default 5).
 #
