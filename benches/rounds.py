@@ -51,7 +51,11 @@ the machine's phase at that moment (make bench: benches/probe/
 line_transfer.c, the nanoseconds to hand a cache line between two
 threads). The progress line and the summary show it per process, and
 summary.json keeps it ("probe"); a probe that fails or prints no number
-shows as '?' and stops nothing. It is reported, not used in a verdict.
+shows as '?' and stops nothing. The phase turns within seconds, so the
+benches also measure it before every row (", line 41 ns" on the row's
+progress line): the driver reports the quartiles of a process's row
+figures beside it, per round in the summary, and in summary.json
+("rows_phase"). Both are reported, not used in a verdict.
 
 Each process gets EVENTQ_BENCH_ROUND=N (1-based) in its environment. The
 driver exits 1 (naming bench and round) if any bench process failed (a
@@ -324,6 +328,23 @@ def fmt_probe(x):
     return "?" if x is None else "%g" % x
 
 
+# A row's own phase, measured by the bench just before the row (", line 41 ns").
+ROW_PHASE = re.compile(r", line (\d+(?:\.\d+)?) ns\b")
+
+
+def row_phases(text):
+    """The quartiles of the phase figures on a process's row lines:
+    {"n", "p25", "p50", "p75"}, or None for a process that printed none."""
+    v = [float(m.group(1)) for m in map(ROW_PHASE.search, text.splitlines()) if m]
+    if not v:
+        return None
+    return {"n": len(v), "p25": quantile(v, 0.25), "p50": quantile(v, 0.5), "p75": quantile(v, 0.75)}
+
+
+def fmt_rows(r):
+    return "%.0f/%.0f/%.0f ns of %d rows" % (r["p25"], r["p50"], r["p75"], r["n"])
+
+
 def window(opts):
     return opts.window if opts.window is not None else (0.2 if opts.quick else 0.5)
 
@@ -578,6 +599,7 @@ def main(argv=None):
     runner = Runner(opts, benches, out)
     probe_argv = shlex.split(opts.probe) if opts.probe else None
     results, failures, probes = {}, [], []  # probes: (round, bench, number or None)
+    rows = []  # (round, bench, row_phases)
     watch.start_ticks()
     t_start = time.monotonic()
     interrupted = False
@@ -594,6 +616,10 @@ def main(argv=None):
                     probes.append((rnd, b.name, x))
                     probe = ", probe %s" % fmt_probe(x)
                 rc, secs, text = runner.run_one(rnd, b)
+                phases = row_phases(text)
+                if phases:
+                    rows.append((rnd, b.name, phases))
+                    probe += ", rows %s" % fmt_rows(phases)
                 if rc == 0:
                     targets = parse_targets(text)
                     results.setdefault(b.name, {})[rnd] = targets
@@ -637,6 +663,11 @@ def main(argv=None):
         for rnd in sorted({r for r, _, _ in probes}):
             report.append("  round %d: %s" % (rnd, " ".join(
                 "%s %s" % (n, fmt_probe(x)) for r, n, x in probes if r == rnd)))
+    if rows:
+        report.append("each process's rows, the phase just before each (p25/p50/p75), by round:")
+        for rnd in sorted({r for r, _, _ in rows}):
+            report.append("  round %d: %s" % (rnd, "; ".join(
+                "%s %s" % (n, fmt_rows(x)) for r, n, x in rows if r == rnd)))
     report += [
         "per target: the median of its per-round figures and their inter-quartile range "
         "(min-max below 5 rounds); met when the whole spread meets the goal, MISSED when none of "
@@ -672,6 +703,7 @@ def main(argv=None):
                 "benches": names,
                 "failures": [{"bench": n, "round": r, "why": w} for n, r, w in failures],
                 "probe": [{"round": r, "bench": n, "value": x} for r, n, x in probes],
+                "rows_phase": [dict(x, round=r, bench=n) for r, n, x in rows],
                 "targets": records,
             },
             f,

@@ -290,6 +290,20 @@ class RoundsTest(unittest.TestCase):
         self.assertEqual(s["probe"], [])
         self.assertNotIn("probe", out)
 
+    def test_row_phases(self):
+        fk = Fakes(self.tmp)
+        rows = ["  1P1C 8 B a row: 9.00 M msg/s, 0.27 s, line %d ns" % ns for ns in (30, 40, 160, 170, 50)]
+        lines = series("p", ">=", "1", "x", [2, 3])
+        lines[1] = lines[1] + rows
+        rc, out, s = self.run_driver(fk.bench("a", lines), 2)
+        self.assertEqual(rc, 0, out)
+        # Round 1 printed five row figures, round 2 none.
+        self.assertEqual(s["rows_phase"], [{"round": 1, "bench": "a", "n": 5,
+                                            "p25": 40.0, "p50": 50.0, "p75": 160.0}])
+        self.assertRegex(out, r"round 1/2  a +\S+ s, 1 targets, rows 40/50/160 ns of 5 rows")
+        self.assertIn("  round 1: a 40/50/160 ns of 5 rows", out)
+        self.assertNotRegex(out, r"round 2/2  a .*rows")
+
     def test_failing_bench(self):
         fk = Fakes(self.tmp)
         good = series("good", ">=", "1", "x", [2, 3, 4])
