@@ -339,21 +339,25 @@ fn main() {
             if peers.is_empty() {
                 continue;
             }
-            // rates[peer][rep], in M msg/s
+            // rates[peer][rep], in M msg/s; lines[peer][rep]: the phase
+            // probe before and after the row (none in smoke runs)
             let mut rates = vec![Vec::new(); peers.len()];
+            let mut lines = vec![Vec::new(); peers.len()];
             for _ in 0..cfg.reps {
                 for (i, &peer) in peers.iter().enumerate() {
-                    // The phase just before the row (not in smoke runs).
-                    let line = (!cfg.smoke).then(method::line_transfer_ns);
+                    let probe = || (!cfg.smoke).then(method::line_transfer_ns);
+                    let before = probe();
                     let (n, secs) = run(&rt, peer, producers, size, &cfg);
                     let rate = n as f64 / secs / 1e6;
-                    if let Some(ns) = line {
+                    let line: Vec<f64> = before.into_iter().chain(probe()).collect();
+                    if let [a, b] = line[..] {
                         eprintln!(
-                            "  {config} {}: {rate:.2} M msg/s, line {ns:.0} ns",
+                            "  {config} {}: {rate:.2} M msg/s, line {a:.0} ns, after {b:.0} ns",
                             peer.name()
                         );
                     }
                     rates[i].push(rate);
+                    lines[i].push(line);
                 }
             }
             println!("\n== {config} ==");
@@ -388,7 +392,14 @@ fn main() {
                     );
                     if ours == Peer::Eventq && peer == Peer::Mpsc {
                         let want = if size >= 1024 { 1.0 } else { 0.7 };
-                        verdicts.push((config.clone(), want, med, lo, hi));
+                        let some = |r: &[f64]| r.iter().map(|&x| Some(x)).collect::<Vec<_>>();
+                        let figs = method::phased_ratios(
+                            &some(&rates[e]),
+                            &lines[e],
+                            &some(&rates[i]),
+                            &lines[i],
+                        );
+                        verdicts.push((config.clone(), want, (med, lo, hi), figs));
                     }
                 }
             }
@@ -400,7 +411,7 @@ fn main() {
         return;
     }
     println!("== targets: libeventq / tokio::sync::mpsc, per-repetition ratios (noisy when the machine is shared) ==");
-    for (config, want, med, lo, hi) in verdicts {
+    for (config, want, (med, lo, hi), figs) in verdicts {
         let v = if lo >= want {
             "met"
         } else if hi < want {
@@ -408,9 +419,10 @@ fn main() {
         } else {
             "unsettled"
         };
-        println!(
-            "{:<40} {med:.2}x ({lo:.2}-{hi:.2})  target >= {want:.1}x  {v}",
-            format!("{config} AsyncChan vs tokio mpsc")
-        );
+        let what = format!("{config} AsyncChan vs tokio mpsc");
+        println!("{what:<40} {med:.2}x ({lo:.2}-{hi:.2})  target >= {want:.1}x  {v}");
+        let mut o = String::new();
+        method::phases_line(&mut o, &what, &figs);
+        print!("{o}");
     }
 }

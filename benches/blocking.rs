@@ -124,6 +124,9 @@ const CLOCK_EVERY: u64 = 1024;
 /// length given; returns ns per message (in the window: from its start
 /// until the consumer had the last message) and receive doorbell rings
 /// (writes) per message.
+/// One row's figures: ns/msg, rings/msg, the phase probe before and after.
+type Row = (f64, f64, Vec<f64>);
+
 fn run(path: Path, size: usize, len: Length) -> (f64, f64) {
     let chan = Chan::new(Options::new(CAPACITY)).expect("Chan::new");
     let rx = chan.clone();
@@ -232,8 +235,8 @@ fn main() {
     let rows = sizes.len() * paths.iter().filter(|&&p| runs(p)).count();
     m.plan("blocking", rows, 0.01, 0.0);
     let watch = method::Watch::start();
-    // [size][path][rep]: (ns/msg, rings/msg)
-    let mut t: Vec<[Vec<(f64, f64)>; 2]> = Vec::new();
+    // [size][path][rep]
+    let mut t: Vec<[Vec<Row>; 2]> = Vec::new();
     for &size in &sizes {
         let mut by_path = [Vec::new(), Vec::new()];
         for rep in 0..m.reps {
@@ -241,14 +244,19 @@ fn main() {
                 let i = method::order(i, rep, paths.len());
                 // --only (for a profiler): the other path is not run.
                 if runs(paths[i]) {
-                    // The phase just before the row (not in smoke runs).
-                    let line = (!m.smoke).then(method::line_transfer_ns);
-                    let r = run(paths[i], size, len);
-                    if let Some(ns) = line {
+                    // The phase just before and just after the row (not
+                    // in smoke runs).
+                    let probe = || (!m.smoke).then(method::line_transfer_ns);
+                    let before = probe();
+                    let (ns, rings) = run(paths[i], size, len);
+                    let line: Vec<f64> = before.into_iter().chain(probe()).collect();
+                    if let [a, b] = line[..] {
                         let name = paths[i].name();
-                        eprintln!("  {size} B {name}: {:.1} ns/msg, line {ns:.0} ns", r.0);
+                        eprintln!(
+                            "  {size} B {name}: {ns:.1} ns/msg, line {a:.0} ns, after {b:.0} ns"
+                        );
                     }
-                    by_path[i].push(r);
+                    by_path[i].push((ns, rings, line));
                 }
             }
         }
@@ -284,7 +292,10 @@ fn main() {
     let mut o = String::new();
     for (&size, by_path) in sizes.iter().zip(&t) {
         let ns = |i: usize| -> Vec<Option<f64>> { by_path[i].iter().map(|r| Some(r.0)).collect() };
-        let ratio = method::spread(&method::ratios(&ns(1), &ns(0)));
+        let lines =
+            |i: usize| -> Vec<Vec<f64>> { by_path[i].iter().map(|r| r.2.clone()).collect() };
+        let figs = method::phased_ratios(&ns(1), &lines(1), &ns(0), &lines(0));
+        let ratio = method::spread(&figs.iter().map(|f| f.0).collect::<Vec<_>>());
         for (i, path) in paths.iter().enumerate() {
             let v: Vec<f64> = ns(i).into_iter().flatten().collect();
             let Some(s) = method::spread(&v) else {
@@ -305,7 +316,7 @@ fn main() {
                 method::quantile(&rings, 0.5)
             );
         }
-        method::verdict(
+        method::verdict_phased(
             &mut o,
             &m,
             &format!(
@@ -316,7 +327,7 @@ fn main() {
                     format!("{size} B")
                 }
             ),
-            ratio,
+            &figs,
             method::Goal::AtMost(1.2, "x"),
         );
     }

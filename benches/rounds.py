@@ -88,6 +88,13 @@ OLD_TARGET = re.compile(
     r"(?P<goal>[0-9][0-9.eE+-]*)(?P<unit>x|%)\s+(?P<verdict>met|MISSED|unsettled)\s*$"
 )
 HEAD_WIDTH = 92
+# A target's per-repetition figures by the machine's phase around their rows
+# (benches/method/mod.rs `phases_line`):
+# `phases WHAT: near 3.14 3.20; far 1.10; turned 2.00`
+PHASES = re.compile(r"^phases (?P<what>.*): (?P<rest>(?:near|far|turned) [-0-9.eE+ ;a-z]*)$")
+PHASE_NAMES = ("near", "far", "turned")
+# The fewest figures a phase is judged on.
+PHASE_MIN = 3
 
 
 def parse_targets(text):
@@ -109,6 +116,23 @@ def parse_targets(text):
             continue
         seen.add(key)
         out.append((key[0], key[1], float(key[2]), key[2], key[3], fig))
+    return out
+
+
+def parse_phases(text):
+    """{what: {phase: [figures]}} from a process's `phases` lines (the first
+    line of a target counts)."""
+    out = {}
+    for line in text.splitlines():
+        m = PHASES.match(line)
+        if not m or m.group("what") in out:
+            continue
+        by = {}
+        for part in m.group("rest").split(";"):
+            words = part.split()
+            if words and words[0] in PHASE_NAMES:
+                by[words[0]] = [_num(x) for x in words[1:]]
+        out[m.group("what")] = by
     return out
 
 
@@ -442,12 +466,43 @@ def fmt_fig(x, unit):
     return "%.*f" % (1 if unit == "%" else 2, x)
 
 
-def summarize(benches, results, rounds, quick):
+def judge_phases(per_phase, cmp, goal, unit):
+    """A target's verdict in each phase, on its figures pooled over the
+    rounds: (text, {phase: record}), or None when it has no phase figures."""
+    if not any(per_phase.values()):
+        return None
+    parts, rec = [], {}
+    for ph in ("near", "far"):
+        v = per_phase.get(ph, [])
+        if len(v) < PHASE_MIN:
+            parts.append("%s %d slice%s, not judged" % (ph, len(v), "" if len(v) == 1 else "s"))
+            rec[ph] = {"n": len(v), "verdict": "not judged"}
+            continue
+        n, iqr, med, lo, hi = spread(v)
+        verdict = judge(lo, hi, cmp, goal)
+        parts.append("%s %s %s%s (%s %s-%s%s, %d slices)" % (
+            ph, verdict, fmt_fig(med, unit), unit, "IQR" if iqr else "min-max",
+            fmt_fig(lo, unit), fmt_fig(hi, unit), unit, n))
+        rec[ph] = {"n": n, "median": med, "lo": lo, "hi": hi, "iqr": iqr, "verdict": verdict}
+    turned = len(per_phase.get("turned", []))
+    rec["turned"] = turned
+    return "    by phase: %s; %d turned" % ("; ".join(parts), turned), rec
+
+
+def summarize(benches, results, rounds, quick, phases=None):
     """results[bench name][round] = parsed targets (failed processes
-    absent). Returns (lines, records)."""
+    absent); phases[bench name][round] = parsed phases lines. Returns
+    (lines, records)."""
     lines, records = [], []
+    phases = phases or {}
     for b in benches:
         per_round = results.get(b.name, {})
+        # Every round's phase figures of each target, pooled.
+        pooled = {}
+        for rnd in sorted(phases.get(b.name, {})):
+            for what, by in phases[b.name][rnd].items():
+                for ph, v in by.items():
+                    pooled.setdefault(what, {}).setdefault(ph, []).extend(v)
         keys, figs = [], {}
         for rnd in range(1, rounds + 1):
             for what, cmp, goal, goal_s, unit, fig in per_round.get(rnd, []):
@@ -502,6 +557,10 @@ def summarize(benches, results, rounds, quick):
                     fewer,
                 )
             )
+            by_phase = judge_phases(pooled.get(what, {}), cmp, goal, unit)
+            if by_phase:
+                lines.append(by_phase[0])
+                rec["phases"] = by_phase[1]
     return lines, records
 
 
@@ -600,6 +659,7 @@ def main(argv=None):
     probe_argv = shlex.split(opts.probe) if opts.probe else None
     results, failures, probes = {}, [], []  # probes: (round, bench, number or None)
     rows = []  # (round, bench, row_phases)
+    phases = {}  # bench name: {round: parse_phases}
     watch.start_ticks()
     t_start = time.monotonic()
     interrupted = False
@@ -616,13 +676,14 @@ def main(argv=None):
                     probes.append((rnd, b.name, x))
                     probe = ", probe %s" % fmt_probe(x)
                 rc, secs, text = runner.run_one(rnd, b)
-                phases = row_phases(text)
-                if phases:
-                    rows.append((rnd, b.name, phases))
-                    probe += ", rows %s" % fmt_rows(phases)
+                row_ph = row_phases(text)
+                if row_ph:
+                    rows.append((rnd, b.name, row_ph))
+                    probe += ", rows %s" % fmt_rows(row_ph)
                 if rc == 0:
                     targets = parse_targets(text)
                     results.setdefault(b.name, {})[rnd] = targets
+                    phases.setdefault(b.name, {})[rnd] = parse_phases(text)
                     say("%6.1f s, %d targets%s" % (secs, len(targets), probe))
                 else:
                     if rc is None:
@@ -650,7 +711,7 @@ def main(argv=None):
         say("\ninterrupted: the summary of the rounds run so far")
 
     elapsed = time.monotonic() - t_start
-    lines, records = summarize(benches, results, opts.rounds, opts.quick)
+    lines, records = summarize(benches, results, opts.rounds, opts.quick, phases)
     report = [
         "",
         "== summary: %d rounds in %s, every bench a fresh process with %s per round%s ==" %
@@ -675,19 +736,21 @@ def main(argv=None):
         "the figure"
     ]
     report += lines
-    counts = {}
-    for r in records:
-        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
-    report.append(
-        "%d targets%s"
-        % (
-            len(records),
-            "".join(
-                "%s %d %s" % (":" if i == 0 else ",", counts[k], k)
-                for i, k in enumerate(k for k in ("met", "MISSED", "unsettled", "not measured") if k in counts)
-            ),
-        )
-    )
+    def tally(verdicts):
+        counts = {}
+        for v in verdicts:
+            counts[v] = counts.get(v, 0) + 1
+        return "".join(
+            "%s %d %s" % (":" if i == 0 else ",", counts[k], k)
+            for i, k in enumerate(k for k in ("met", "MISSED", "unsettled", "not measured", "not judged")
+                                  if k in counts))
+
+    report.append("%d targets%s" % (len(records), tally(r["verdict"] for r in records)))
+    phased = [r for r in records if "phases" in r]
+    for ph in ("near", "far"):
+        if phased:
+            report.append("  %d with figures by phase, %s%s" % (
+                len(phased), ph, tally(r["phases"][ph]["verdict"] for r in phased)))
     for name, rnd, why in failures:
         report.append("FAILED: %s in round %d (%s); see %s" % (name, rnd, why,
                                                               os.path.join(out, "round-%d-%s.txt" % (rnd, name))))

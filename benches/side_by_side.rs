@@ -81,7 +81,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use eventq::{Chan, Error, Event, Loop, Options, Wait};
-use method::{Goal, Method, MethodArgs, Spread};
+use method::{Goal, Method, MethodArgs, Phase, Spread};
 
 // ---------------------------------------------------------------------------
 // Counting allocator: one padded counter per thread slot, so counting does
@@ -1149,6 +1149,9 @@ struct RunOut {
     empty: Option<f64>,
     send_rings: Option<f64>,
     error: Option<String>,
+    /// The phase probe's readings just before and just after the row (none
+    /// in smoke runs).
+    line: Vec<f64>,
 }
 
 /// A producer's count of messages sent, on a line of its own.
@@ -1916,15 +1919,18 @@ fn main() {
                 }
                 let name = row_name(topo, size, peer);
                 progress(&name);
-                // The phase just before the row (not in smoke runs; just
-                // after a row its threads' exits slow the probe).
-                let phase = match (!cfg.smoke).then(method::line_transfer_ns) {
-                    Some(ns) => format!(", line {ns:.0} ns"),
-                    None => String::new(),
-                };
+                // The phase just before and just after the row (not in
+                // smoke runs).
+                let probe = || (!cfg.smoke).then(method::line_transfer_ns);
+                let before = probe();
                 let t = Instant::now();
-                let out = peer.run(topo, size, &cfg);
+                let mut out = peer.run(topo, size, &cfg);
                 let took = t.elapsed().as_secs_f64();
+                out.line = before.into_iter().chain(probe()).collect();
+                let phase = match out.line[..] {
+                    [a, b] => format!(", line {a:.0} ns, after {b:.0} ns"),
+                    _ => String::new(),
+                };
                 eprintln!(
                     "  {name}: {:.2} M msg/s, {took:.2} s{phase}",
                     out.rate / 1e6
@@ -2181,11 +2187,10 @@ fn main() {
             _ => &[],
         }
     };
-    let ratio = |topo: Topo, size: usize, a: Peer, b: Peer| -> Option<Spread> {
-        method::spread(&method::ratios(
-            &rates(runs_of(topo, size, a)),
-            &rates(runs_of(topo, size, b)),
-        ))
+    let ratio = |topo: Topo, size: usize, a: Peer, b: Peer| -> Vec<(f64, Phase)> {
+        let (a, b) = (runs_of(topo, size, a), runs_of(topo, size, b));
+        let lines = |r: &[RunOut]| r.iter().map(|r| r.line.clone()).collect::<Vec<_>>();
+        method::phased_ratios(&rates(a), &lines(a), &rates(b), &lines(b))
     };
     let idle_ratio = |pacing: usize, a: Idle, b: Idle| -> Option<Spread> {
         let p50 = |k: Idle| -> Vec<Option<f64>> {
@@ -2218,7 +2223,7 @@ fn main() {
         };
         for topo in [one, four_one] {
             for size in [8, 1024] {
-                method::verdict(
+                method::verdict_phased(
                     &mut o,
                     m,
                     &format!(
@@ -2226,7 +2231,7 @@ fn main() {
                         topo.name(),
                         kib(size)
                     ),
-                    ratio(topo, size, Peer::EqLoop, Peer::EqRecvInto),
+                    &ratio(topo, size, Peer::EqLoop, Peer::EqRecvInto),
                     Goal::AtLeast(0.8, "x"),
                 );
             }
@@ -2254,11 +2259,11 @@ fn main() {
                 );
             }
         }
-        method::verdict(
+        method::verdict_phased(
             &mut o,
             m,
             "(3) 4P4C 8 B: epoll + recv_into / crossbeam",
-            ratio(four_four, 8, Peer::EqRecvInto, Peer::Crossbeam),
+            &ratio(four_four, 8, Peer::EqRecvInto, Peer::Crossbeam),
             Goal::AtLeast(1.0, "x"),
         );
         for (j, &pacing) in pacings.iter().enumerate() {
@@ -2277,22 +2282,22 @@ fn main() {
         }
         for size in [8, 1024] {
             // Per message: the blocking path's ns/msg over the epoll path's.
-            method::verdict(
+            method::verdict_phased(
                 &mut o,
                 m,
                 &format!(
                     "(5) 1P1C {}: blocking (Wait::Forever) / epoll, ns per msg",
                     kib(size)
                 ),
-                ratio(one, size, Peer::EqRecvInto, Peer::EqBlock),
+                &ratio(one, size, Peer::EqRecvInto, Peer::EqBlock),
                 Goal::AtMost(1.2, "x"),
             );
         }
-        method::verdict(
+        method::verdict_phased(
             &mut o,
             m,
             "(5) 4P4C 8 B: blocking (Wait::Forever) / crossbeam (blocking send, recv)",
-            ratio(four_four, 8, Peer::EqBlock, Peer::Crossbeam),
+            &ratio(four_four, 8, Peer::EqBlock, Peer::Crossbeam),
             Goal::AtLeast(0.8, "x"),
         );
         let pp_p50 = |k: PingPong| -> Vec<Option<f64>> {
@@ -2327,20 +2332,20 @@ fn main() {
                 (four_one, 8, Peer::Crossbeam, "crossbeam", 1.0),
             ];
             for (topo, size, peer, pname, want) in vs {
-                method::verdict(
+                method::verdict_phased(
                     &mut o,
                     m,
                     &format!("{} {}: eventq ({name}) / {pname}", topo.name(), kib(size)),
-                    ratio(topo, size, eq, peer),
+                    &ratio(topo, size, eq, peer),
                     Goal::AtLeast(want, "x"),
                 );
             }
             for &t in &topos {
-                method::verdict(
+                method::verdict_phased(
                     &mut o,
                     m,
                     &format!("{} 1 KiB: eventq ({name}) / crossbeam Vec<u8>", t.name()),
-                    ratio(t, 1024, eq, Peer::Crossbeam),
+                    &ratio(t, 1024, eq, Peer::Crossbeam),
                     Goal::AtLeast(1.5, "x"),
                 );
             }

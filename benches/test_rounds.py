@@ -304,6 +304,34 @@ class RoundsTest(unittest.TestCase):
         self.assertIn("  round 1: a 40/50/160 ns of 5 rows", out)
         self.assertNotRegex(out, r"round 2/2  a .*rows")
 
+    def test_phases(self):
+        fk = Fakes(self.tmp)
+        lines = series("(3) 1P1C 1 KiB: a / b", ">=", "1.5", "x", [3.0, 1.2, 3.1])
+        lines[1].append("phases (3) 1P1C 1 KiB: a / b: near 3.0 3.1; far 1.1")
+        lines[2].append("phases (3) 1P1C 1 KiB: a / b: near 3.2; far 1.2 1.0; turned 2.0")
+        lines[3].append("phases (3) 1P1C 1 KiB: a / b: far 1.15")
+        # A second target: two near figures, too few to judge; its phases
+        # line printed twice in a round (the first counts).
+        other = series("c / d", "<=", "1.2", "x", [1.0, 1.0])
+        other[1] += ["phases c / d: near 1.0", "phases c / d: near 9.0"]
+        other[2] += ["phases c / d: near 1.1; far 0.9 1.0 1.1"]
+        rc, out, s = self.run_driver(fk.bench("a", lines) + fk.bench("b", other), 3)
+        self.assertEqual(rc, 0, out)
+        t = self.target(s, "(3) 1P1C 1 KiB: a / b")
+        self.assertEqual(t["verdict"], "unsettled")
+        self.assertEqual(t["phases"]["near"], {"n": 3, "median": 3.1, "lo": 3.0, "hi": 3.2,
+                                               "iqr": False, "verdict": "met"})
+        self.assertEqual((t["phases"]["far"]["n"], t["phases"]["far"]["verdict"]), (4, "MISSED"))
+        self.assertEqual(t["phases"]["turned"], 1)
+        self.assertIn("    by phase: near met 3.10x (min-max 3.00-3.20x, 3 slices); "
+                      "far MISSED 1.12x (min-max 1.00-1.20x, 4 slices); 1 turned", out)
+        t = self.target(s, "c / d")
+        self.assertEqual(t["phases"]["near"], {"n": 2, "verdict": "not judged"})
+        self.assertEqual(t["phases"]["far"]["verdict"], "met")
+        self.assertIn("near 2 slices, not judged", out)
+        self.assertIn("  2 with figures by phase, near: 1 met, 1 not judged", out)
+        self.assertIn("  2 with figures by phase, far: 1 met, 1 MISSED", out)
+
     def test_failing_bench(self):
         fk = Fakes(self.tmp)
         good = series("good", ">=", "1", "x", [2, 3, 4])

@@ -357,6 +357,8 @@ struct result {
     double ctxsw; /* per message, every process of the run, whole run */
     double wakes; /* consumer wake-ups per message, whole run */
     double p50, p99; /* ping, ns */
+    double line[2]; /* the phase probe before and after the row; n_line of them */
+    int n_line;
     char note[160];
     char error[600];
 };
@@ -502,19 +504,27 @@ static int row_index(const struct row *r)
     return -1;
 }
 
+static struct rep_view rep_at(int gi, int row, int rep)
+{
+    const struct result *r = &results[gi][row][rep];
+    return (struct rep_view){!r->error[0], r->rate, r->line, r->n_line};
+}
+
 /* The spread of a/b over the repetitions in which both ran. */
 static struct spread rate_ratio(int gi, int a, int b)
 {
     double v[MAX_REPS];
-    int n = 0;
-    if (a < 0 || b < 0)
-        return spread_of(NULL, 0);
-    for (int i = 0; i < counts[gi][a] && i < counts[gi][b]; i++) {
-        const struct result *x = &results[gi][a][i], *y = &results[gi][b][i];
-        if (!x->error[0] && !y->error[0] && y->rate > 0)
-            v[n++] = x->rate / y->rate;
-    }
+    int n = a < 0 || b < 0 ? 0 : phased_ratios(rep_at, gi, a, counts[gi][a], b, counts[gi][b], v, NULL);
     return spread_of(v, n);
+}
+
+/* A target on the ratio a/b (at least `want`), with its figures by phase. */
+static void judge_ratio(const char *what, int gi, int a, int b, double want)
+{
+    double v[MAX_REPS];
+    enum phase ph[MAX_REPS];
+    int n = a < 0 || b < 0 ? 0 : phased_ratios(rep_at, gi, a, counts[gi][a], b, counts[gi][b], v, ph);
+    judge_phased(&cfg.m, what, v, ph, n, want);
 }
 
 static struct spread ping_ratio(int a, int b)
@@ -627,9 +637,9 @@ static void print_tables(void)
 static void judge_rate(const char *what, int gi, const struct row *vs, double want)
 {
     char et[200];
-    judge(what, rate_ratio(gi, row_index(&eq_shared_batch), row_index(vs)), want, 0);
+    judge_ratio(what, gi, row_index(&eq_shared_batch), row_index(vs), want);
     snprintf(et, sizeof et, "%s, EPOLLET row", what);
-    judge(et, rate_ratio(gi, row_index(&eq_shared_et), row_index(vs)), want, 0);
+    judge_ratio(et, gi, row_index(&eq_shared_et), row_index(vs), want);
 }
 
 static void print_targets(void)
@@ -713,13 +723,15 @@ int main(int argc, char **argv)
                 if (!filtered_in(name))
                     continue;
                 struct result *res = &results[gi][ri][counts[gi][ri]++];
-                char phase[32] = "";
-                if (!cfg.smoke) /* the phase just before the row */
-                    snprintf(phase, sizeof phase, ", line %.0f ns", line_transfer_ns(8, 2500));
+                /* The phase just before and just after the row. */
+                double before = cfg.smoke ? -1 : line_transfer_ns(LT_PER_BURST, LT_MIN_MS);
                 double a = now_sec();
                 run_one(rows[ri], GROUPS[gi].producers, GROUPS[gi].size, MODE_FLOOD, name, res);
-                fprintf(stderr, "  %s: %.2f M msg/s, %.2f s%s%s\n", name, res->rate / 1e6,
-                        now_sec() - a, phase, res->error[0] ? "  DELIVERY FAILED" : "");
+                double took = now_sec() - a;
+                char phase[64] = "";
+                probe_after(res->line, &res->n_line, before, phase, sizeof phase);
+                fprintf(stderr, "  %s: %.2f M msg/s, %.2f s%s%s\n", name, res->rate / 1e6, took,
+                        phase, res->error[0] ? "  DELIVERY FAILED" : "");
                 if (res->error[0] && failures++ < 32)
                     snprintf(errors[failures - 1], sizeof errors[0], "%s", res->error);
             }

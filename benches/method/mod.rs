@@ -151,11 +151,13 @@ pub fn order(i: usize, rep: usize, n: usize) -> usize {
 }
 
 /// The machine's phase just now: the nanoseconds to hand one cache line
-/// between two threads, the median of 8 bursts of 2,500 hand-overs (a few
-/// milliseconds; the median, because a thread of the row before may still
-/// be exiting during the first). The in-process twin of
-/// benches/probe/line_transfer.c, printed beside each row so that a row run
-/// while the vCPUs sat far apart shows (docs/decisions/0027, "Phases").
+/// between two threads, the lower quartile over bursts of 1,250 hand-overs
+/// (16 bursts, or more, up to 64, until 2 ms have passed). The lower
+/// quartile, and a floor on the time, because anything else runnable (a
+/// thread of the row before, still exiting) only makes a burst slower, for
+/// a while. The in-process twin of benches/probe/line_transfer.h, measured
+/// before and after each row so that a row run while the vCPUs sat far
+/// apart shows (docs/decisions/0027, "Phases").
 pub fn line_transfer_ns() -> f64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
@@ -164,11 +166,23 @@ pub fn line_transfer_ns() -> f64 {
     #[repr(align(128))]
     struct Line(AtomicU64);
 
-    /// Waits for the line to read `want`, yielding now and then so two
-    /// threads on one CPU still take turns.
-    fn await_turn(line: &Line, want: u64) {
+    /// The turn that tells the other thread to stop.
+    const STOP: u64 = u64::MAX;
+    const PER_BURST: u64 = 1_250;
+    const MIN_BURSTS: usize = 16;
+    const MAX_BURSTS: usize = 64;
+    const MIN_TIME: Duration = Duration::from_millis(2);
+
+    /// Waits for the line to read `want` (or STOP) and returns what it
+    /// read, yielding now and then so two threads on one CPU still take
+    /// turns.
+    fn await_turn(line: &Line, want: u64) -> u64 {
         let mut spins = 0u32;
-        while line.0.load(Ordering::Acquire) != want {
+        loop {
+            let v = line.0.load(Ordering::Acquire);
+            if v == want || v == STOP {
+                return v;
+            }
             spins = spins.wrapping_add(1);
             if spins % 4096 == 0 {
                 thread::yield_now();
@@ -176,29 +190,30 @@ pub fn line_transfer_ns() -> f64 {
         }
     }
 
-    const BURSTS: u64 = 8;
-    const HANDOVERS: u64 = 2_500;
     let line = Arc::new(Line(AtomicU64::new(0)));
     let other = {
         let line = line.clone();
         thread::spawn(move || {
-            for i in (1..BURSTS * HANDOVERS).step_by(2) {
-                await_turn(&line, i);
+            let mut i = 1;
+            while await_turn(&line, i) != STOP {
                 line.0.store(i + 1, Ordering::Release);
+                i += 2;
             }
         })
     };
-    let mut bursts = Vec::new();
-    for b in 0..BURSTS {
-        let start = Instant::now();
-        for i in (b * HANDOVERS..(b + 1) * HANDOVERS).step_by(2) {
+    let (mut bursts, mut turn, start) = (Vec::new(), 0, Instant::now());
+    while bursts.len() < MIN_BURSTS || (start.elapsed() < MIN_TIME && bursts.len() < MAX_BURSTS) {
+        let t = Instant::now();
+        for i in (turn..turn + PER_BURST).step_by(2) {
             line.0.store(i + 1, Ordering::Release);
             await_turn(&line, i + 2);
         }
-        bursts.push(start.elapsed().as_nanos() as f64 / HANDOVERS as f64);
+        turn += PER_BURST;
+        bursts.push(t.elapsed().as_nanos() as f64 / PER_BURST as f64);
     }
+    line.0.store(STOP, Ordering::Release);
     other.join().expect("line_transfer thread");
-    quantile(&bursts, 0.5)
+    quantile(&bursts, 0.25)
 }
 
 /// The q-quantile of `v` (linear interpolation); NaN for none.
@@ -270,6 +285,71 @@ pub fn ratios(a: &[Option<f64>], b: &[Option<f64>]) -> Vec<f64> {
         .collect()
 }
 
+/// Where the machine was while a figure was taken, by the phase probes
+/// ([`line_transfer_ns`]) before and after each of its rows: near when
+/// every one read under [`NEAR_NS`], far when every one read over
+/// [`FAR_NS`], turned otherwise (the phase changed, or sat between). On
+/// this project's 2-vCPU VM a ratio of a copying row over a handing-over
+/// one is about 3x near and 1.2x far (docs/decisions/0027, "Phases").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Near,
+    Far,
+    Turned,
+}
+
+/// A hand-over this fast shares a cache (the VM's near phase, 25-60 ns).
+pub const NEAR_NS: f64 = 60.0;
+/// A hand-over this slow crosses between caches (the far phase, 110-300 ns).
+pub const FAR_NS: f64 = 110.0;
+
+impl Phase {
+    /// The phase of a figure from these probe readings (none: turned).
+    pub fn of(probes: impl IntoIterator<Item = f64>) -> Phase {
+        let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+        for p in probes {
+            lo = lo.min(p);
+            hi = hi.max(p);
+        }
+        if hi < NEAR_NS {
+            Phase::Near
+        } else if lo > FAR_NS && lo.is_finite() {
+            Phase::Far
+        } else {
+            Phase::Turned
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Near => "near",
+            Phase::Far => "far",
+            Phase::Turned => "turned",
+        }
+    }
+}
+
+/// The line after a target's line that gives its per-repetition figures
+/// by phase, for make bench's driver to judge each phase over the rounds:
+/// `phases WHAT: near 3.14 3.20; far 1.10; turned 2.00` (`what` as in the
+/// target line; a phase without figures left out; nothing for none).
+pub fn phases_line(o: &mut String, what: &str, figs: &[(f64, Phase)]) {
+    let mut parts = Vec::new();
+    for ph in [Phase::Near, Phase::Far, Phase::Turned] {
+        let v: Vec<String> = figs
+            .iter()
+            .filter(|f| f.1 == ph)
+            .map(|f| format!("{:.4}", f.0))
+            .collect();
+        if !v.is_empty() {
+            parts.push(format!("{} {}", ph.name(), v.join(" ")));
+        }
+    }
+    if !parts.is_empty() {
+        let _ = writeln!(o, "phases {what}: {}", parts.join("; "));
+    }
+}
+
 /// A goal on a figure: at least or at most, in "x" (a ratio) or "%"
 /// (figures already in percent).
 #[derive(Clone, Copy)]
@@ -314,6 +394,33 @@ pub fn verdict(o: &mut String, m: &Method, what: &str, s: Option<Spread>, goal: 
         judge(&s, goal),
         if m.quick { " (quick)" } else { "" }
     );
+}
+
+/// [`verdict`] on per-repetition figures that know their phase, then
+/// their [`phases_line`].
+pub fn verdict_phased(o: &mut String, m: &Method, what: &str, figs: &[(f64, Phase)], goal: Goal) {
+    let v: Vec<f64> = figs.iter().map(|f| f.0).collect();
+    verdict(o, m, what, spread(&v), goal);
+    phases_line(o, what, figs);
+}
+
+/// Per-repetition ratios a[i] / b[i] as [`ratios`], each with the phase
+/// around both rows (`pa[i]`, `pb[i]`: a row's probe readings).
+pub fn phased_ratios(
+    a: &[Option<f64>],
+    pa: &[Vec<f64>],
+    b: &[Option<f64>],
+    pb: &[Vec<f64>],
+) -> Vec<(f64, Phase)> {
+    (0..a.len().min(b.len()))
+        .filter_map(|i| match (a[i], b[i]) {
+            (Some(x), Some(y)) if y > 0.0 => {
+                let probes = pa.get(i).into_iter().chain(pb.get(i)).flatten().copied();
+                Some((x / y, Phase::of(probes)))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 // ---------------------------------------------------------------------------

@@ -295,6 +295,76 @@ void print_verdict(const struct method *m, const char *what, struct spread s, in
            verdict_of(s, at_most, goal), m->quick ? " (quick)" : "");
 }
 
+enum phase phase_of(const double *probes, int n)
+{
+    double lo = INFINITY, hi = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        lo = probes[i] < lo ? probes[i] : lo;
+        hi = probes[i] > hi ? probes[i] : hi;
+    }
+    if (n && hi < 60)
+        return PHASE_NEAR;
+    if (n && lo > 110)
+        return PHASE_FAR;
+    return PHASE_TURNED;
+}
+
+enum phase phase_of_rows(const double *a, int na, const double *b, int nb)
+{
+    double probes[8];
+    int n = 0;
+    for (int i = 0; i < na && n < 8; i++)
+        probes[n++] = a[i];
+    for (int i = 0; i < nb && n < 8; i++)
+        probes[n++] = b[i];
+    return phase_of(probes, n);
+}
+
+void print_phases(const char *what, const double *v, const enum phase *ph, int n)
+{
+    static const char *const names[] = {"near", "far", "turned"};
+    int printed = 0;
+    for (int p = PHASE_NEAR; p <= PHASE_TURNED; p++) {
+        int started = 0;
+        for (int i = 0; i < n; i++) {
+            if ((int)ph[i] != p)
+                continue;
+            if (!started && printed)
+                printf("; %s", names[p]);
+            else if (!started)
+                printf("phases %s: %s", what, names[p]);
+            printf(" %.4f", v[i]);
+            started = printed = 1;
+        }
+    }
+    if (printed)
+        printf("\n");
+}
+
+int phased_ratios(struct rep_view (*at)(int gi, int row, int rep), int gi, int a, int na, int b,
+                  int nb, double *v, enum phase *ph)
+{
+    int n = 0;
+    if (a < 0 || b < 0)
+        return 0;
+    for (int i = 0; i < na && i < nb; i++) {
+        struct rep_view x = at(gi, a, i), y = at(gi, b, i);
+        if (!x.ok || !y.ok || y.rate <= 0)
+            continue;
+        if (ph)
+            ph[n] = phase_of_rows(x.line, x.n_line, y.line, y.n_line);
+        v[n++] = x.rate / y.rate;
+    }
+    return n;
+}
+
+void judge_phased(const struct method *m, const char *what, const double *v,
+                  const enum phase *ph, int n, double want)
+{
+    print_verdict(m, what, spread_of(v, n), 0, want, "x");
+    print_phases(what, v, ph, n);
+}
+
 /* --- machine and load ------------------------------------------------------------ */
 
 static void read_trim(const char *path, char *buf, size_t cap)

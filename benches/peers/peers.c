@@ -339,6 +339,8 @@ struct result {
     double rate; /* messages per second, consumer side, timed window */
     double ctxsw;
     double wakes; /* per message; < 0: not counted */
+    double line[2]; /* the phase probe before and after the row; n_line of them */
+    int n_line;
     char note[128];
     char error[320];
 };
@@ -444,19 +446,27 @@ static struct result *res_at(int gi, int ri, int rep)
     return &results[((size_t)gi * MAX_ROWS + ri) * MAX_REPS + rep];
 }
 
-/* Row a's rate over row b's, per repetition (both delivered): the spread. */
+static struct rep_view rep_at(int gi, int row, int rep)
+{
+    const struct result *r = res_at(gi, row, rep);
+    return (struct rep_view){!r->error[0], r->rate, r->line, r->n_line};
+}
+
+/* The spread of a/b over the repetitions in which both ran. */
 static struct spread rate_ratio(int gi, int a, int b)
 {
     double v[MAX_REPS];
-    int n = 0;
-    if (a < 0 || b < 0)
-        return spread_of(NULL, 0);
-    for (int i = 0; i < counts[gi][a] && i < counts[gi][b]; i++) {
-        const struct result *x = res_at(gi, a, i), *y = res_at(gi, b, i);
-        if (!x->error[0] && !y->error[0] && y->rate > 0)
-            v[n++] = x->rate / y->rate;
-    }
+    int n = a < 0 || b < 0 ? 0 : phased_ratios(rep_at, gi, a, counts[gi][a], b, counts[gi][b], v, NULL);
     return spread_of(v, n);
+}
+
+/* A target on the ratio a/b (at least `want`), with its figures by phase. */
+static void judge_ratio(const char *what, int gi, int a, int b, double want)
+{
+    double v[MAX_REPS];
+    enum phase ph[MAX_REPS];
+    int n = a < 0 || b < 0 ? 0 : phased_ratios(rep_at, gi, a, counts[gi][a], b, counts[gi][b], v, ph);
+    judge_phased(&cfg.m, what, v, ph, n, want);
 }
 
 /* Every fault through every row of every configuration (smoke counts): each
@@ -542,13 +552,14 @@ int main(int argc, char **argv)
                 if (!filtered_in(name))
                     continue;
                 struct result *res = res_at(gi, ri, counts[gi][ri]++);
-                char phase[32] = "";
-                if (!cfg.smoke) /* the phase just before the row */
-                    snprintf(phase, sizeof phase, ", line %.0f ns", line_transfer_ns(8, 2500));
+                /* The phase just before and just after the row. */
+                double before = cfg.smoke ? -1 : line_transfer_ns(LT_PER_BURST, LT_MIN_MS);
                 struct timespec a, b;
                 clock_gettime(CLOCK_MONOTONIC, &a);
                 run_one(rows[ri], &GROUPS[gi], name, FAULT_NONE, res);
                 clock_gettime(CLOCK_MONOTONIC, &b);
+                char phase[64] = "";
+                probe_after(res->line, &res->n_line, before, phase, sizeof phase);
                 fprintf(stderr, "  %s: %.2f M msg/s, %.2f s%s%s\n", name, res->rate / 1e6,
                         ts_sec(&b) - ts_sec(&a), phase,
                         res->error[0] ? "  DELIVERY FAILED" : "");
@@ -692,7 +703,7 @@ int main(int argc, char **argv)
                     printf("target %s: libuv left out\n", what);
                     continue;
                 }
-                print_verdict(&cfg.m, what, rate_ratio(gi, ref_loop, t[i].row), 0, t[i].want, "x");
+                judge_ratio(what, gi, ref_loop, t[i].row, t[i].want);
             }
         }
     }

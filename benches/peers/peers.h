@@ -291,6 +291,38 @@ const char *verdict_of(struct spread s, int at_most, double goal);
 void print_verdict(const struct method *m, const char *what, struct spread s, int at_most,
                    double goal, const char *unit);
 
+/* Where the machine was while a figure was taken, by the phase probes
+ * (benches/probe/line_transfer.h) before and after each of its rows: near
+ * when every reading is under 60 ns, far when every one is over 110 ns,
+ * turned otherwise (benches/method/mod.rs `Phase`, the same thresholds). */
+enum phase { PHASE_NEAR, PHASE_FAR, PHASE_TURNED };
+enum phase phase_of(const double *probes, int n);
+/* The phase of a figure taken from two rows, by their readings. */
+enum phase phase_of_rows(const double *a, int na, const double *b, int nb);
+/* A target's per-repetition figures by phase, the line after its target
+ * line for make bench's driver (method/mod.rs `phases_line`):
+ *   phases WHAT: near 3.14 3.20; far 1.10; turned 2.00
+ * A phase without figures is left out; nothing is printed for none. */
+void print_phases(const char *what, const double *v, const enum phase *ph, int n);
+
+/* One repetition of a row, as a ratio needs it (each bench keeps its own
+ * struct result). */
+struct rep_view {
+    int ok; /* delivered */
+    double rate;
+    const double *line; /* the phase probe's readings, n_line of them */
+    int n_line;
+};
+/* The per-repetition ratios of row a's rate over row b's in group gi, over
+ * the first min(na, nb) repetitions in which both delivered, each with the
+ * phase around both rows (ph may be NULL); `at` reads a repetition.
+ * Returns the count. */
+int phased_ratios(struct rep_view (*at)(int gi, int row, int rep), int gi, int a, int na, int b,
+                  int nb, double *v, enum phase *ph);
+/* A target on such ratios (at least `want`): its line, then its phases line. */
+void judge_phased(const struct method *m, const char *what, const double *v,
+                  const enum phase *ph, int n, double want);
+
 /* The machine ("2 CPUs (model), Linux x.y") for the report's heading. */
 void machine(char *buf, size_t cap);
 /* The load around a whole run: watch_start before it, watch_stop after

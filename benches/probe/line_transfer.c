@@ -2,7 +2,7 @@
 /*
  * line_transfer: the machine's phase, as make bench's driver records it
  * before every bench process: the nanoseconds to hand one cache line
- * between two threads (line_transfer.h), the median of 8 bursts.
+ * between two threads (line_transfer.h), the lower quartile of 16 bursts.
  *
  *   line_transfer [HANDOVERS]   (default 400000; at least 1000)
  *
@@ -20,7 +20,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: line_transfer [HANDOVERS >= 1000]\n");
         return 2;
     }
-    double ns = line_transfer_ns(8, handovers / 8);
+    double ns = line_transfer_ns(handovers / 16, 0);
     if (ns < 0) {
         fprintf(stderr, "line_transfer: pthread_create failed\n");
         return 2;
