@@ -52,10 +52,17 @@ line_transfer.c, the nanoseconds to hand a cache line between two
 threads). The progress line and the summary show it per process, and
 summary.json keeps it ("probe"); a probe that fails or prints no number
 shows as '?' and stops nothing. The phase turns within seconds, so the
-benches also measure it before every row (", line 41 ns" on the row's
-progress line): the driver reports the quartiles of a process's row
-figures beside it, per round in the summary, and in summary.json
-("rows_phase"). Both are reported, not used in a verdict.
+benches also measure it before and after every row (", line 41 ns, after
+39 ns" on the row's progress line): the driver reports the quartiles of
+a process's before-row figures beside it, per round in the summary, and
+in summary.json ("rows_phase"). A target on a ratio of throughput rows
+is followed in the bench's output by its per-repetition figures by phase
+("phases WHAT: near 3.1 3.2; far 1.1; turned 2.0", by those probes); the
+driver pools each phase's figures over the rounds and judges it apart
+(at least 3 figures), printed under the target as "by phase: near met
+...; far MISSED ...; N turned", counted under the table and kept in
+summary.json ("phases" of the target). The target's own verdict stays
+the one over its per-round figures.
 
 Each process gets EVENTQ_BENCH_ROUND=N (1-based) in its environment. The
 driver exits 1 (naming bench and round) if any bench process failed (a

@@ -53,8 +53,11 @@
 //! repetition (`--reps`, default 5), in an order rotated per repetition;
 //! every ratio is taken within a repetition. The summary at the end judges
 //! every performance target on the spread of its per-repetition figures
-//! (median and inter-quartile range: met, MISSED or unsettled); the loop
-//! against libuv is judged by the peers bench (`make bench-peers`).
+//! (median and inter-quartile range: met, MISSED or unsettled), and gives
+//! each throughput target's figures by the machine's phase around its rows
+//! too (a probe before and after each row, on its progress line; see
+//! `method::Phase`); the loop against libuv is judged by the peers bench
+//! (`make bench-peers`).
 //! `--quick`: 3 repetitions of 0.2 s rows, fewer latency samples.
 //! `--lat-reps N`: the latency rows in the first N repetitions only (`make
 //! bench`'s slices run the throughput rows as more, shorter repetitions and

@@ -27,9 +27,12 @@
 # threads: about 30 or about 160 on this VM, by where the hypervisor puts
 # the vCPUs) and prints it beside the process and per round in the
 # summary, so a round in the far phase shows (decision 0027, "Phases");
-# and every bench measures the same in process just before each row and
-# prints it on the row's progress line (", line 41 ns"; kept in the
-# round's output directory), since the phase turns within seconds.
+# and every bench measures the same in process just before and after each
+# row (", line 41 ns, after 39 ns" on the row's progress line), since the
+# phase turns within seconds. Every target on a ratio of throughput rows
+# also prints its figures by phase (near, far, turned), and the driver
+# judges each phase apart over the rounds ("by phase: ..." under the
+# target; decision 0027, "Judging per phase").
 # The standalone bench-* targets below still
 # take their repetitions in one process (--reps, default 5).
 #
