@@ -120,13 +120,13 @@ enum Length {
 /// The producer looks at the clock once per this many messages.
 const CLOCK_EVERY: u64 = 1024;
 
+/// One row's figures: ns/msg, rings/msg, the phase probe before and after.
+type Row = (f64, f64, Vec<f64>);
+
 /// Moves messages of `size` bytes from one thread to another for the
 /// length given; returns ns per message (in the window: from its start
 /// until the consumer had the last message) and receive doorbell rings
 /// (writes) per message.
-/// One row's figures: ns/msg, rings/msg, the phase probe before and after.
-type Row = (f64, f64, Vec<f64>);
-
 fn run(path: Path, size: usize, len: Length) -> (f64, f64) {
     let chan = Chan::new(Options::new(CAPACITY)).expect("Chan::new");
     let rx = chan.clone();

@@ -302,9 +302,9 @@ enum phase phase_of(const double *probes, int n)
         lo = probes[i] < lo ? probes[i] : lo;
         hi = probes[i] > hi ? probes[i] : hi;
     }
-    if (n && hi < 60)
+    if (n && hi < PHASE_NEAR_NS)
         return PHASE_NEAR;
-    if (n && lo > 110)
+    if (n && lo > PHASE_FAR_NS)
         return PHASE_FAR;
     return PHASE_TURNED;
 }

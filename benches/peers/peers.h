@@ -296,6 +296,8 @@ void print_verdict(const struct method *m, const char *what, struct spread s, in
  * when every reading is under 60 ns, far when every one is over 110 ns,
  * turned otherwise (benches/method/mod.rs `Phase`, the same thresholds). */
 enum phase { PHASE_NEAR, PHASE_FAR, PHASE_TURNED };
+#define PHASE_NEAR_NS 60.0
+#define PHASE_FAR_NS 110.0
 enum phase phase_of(const double *probes, int n);
 /* The phase of a figure taken from two rows, by their readings. */
 enum phase phase_of_rows(const double *a, int na, const double *b, int nb);
