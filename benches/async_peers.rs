@@ -345,16 +345,11 @@ fn main() {
             let mut lines = vec![Vec::new(); peers.len()];
             for _ in 0..cfg.reps {
                 for (i, &peer) in peers.iter().enumerate() {
-                    let probe = || (!cfg.smoke).then(method::line_transfer_ns);
-                    let before = probe();
-                    let (n, secs) = run(&rt, peer, producers, size, &cfg);
+                    let ((n, secs), line, phase) =
+                        method::bracketed(cfg.smoke, || run(&rt, peer, producers, size, &cfg));
                     let rate = n as f64 / secs / 1e6;
-                    let line: Vec<f64> = before.into_iter().chain(probe()).collect();
-                    if let [a, b] = line[..] {
-                        eprintln!(
-                            "  {config} {}: {rate:.2} M msg/s, line {a:.0} ns, after {b:.0} ns",
-                            peer.name()
-                        );
+                    if !cfg.smoke {
+                        eprintln!("  {config} {}: {rate:.2} M msg/s{phase}", peer.name());
                     }
                     rates[i].push(rate);
                     lines[i].push(line);

@@ -244,17 +244,10 @@ fn main() {
                 let i = method::order(i, rep, paths.len());
                 // --only (for a profiler): the other path is not run.
                 if runs(paths[i]) {
-                    // The phase just before and just after the row (not
-                    // in smoke runs).
-                    let probe = || (!m.smoke).then(method::line_transfer_ns);
-                    let before = probe();
-                    let (ns, rings) = run(paths[i], size, len);
-                    let line: Vec<f64> = before.into_iter().chain(probe()).collect();
-                    if let [a, b] = line[..] {
-                        let name = paths[i].name();
-                        eprintln!(
-                            "  {size} B {name}: {ns:.1} ns/msg, line {a:.0} ns, after {b:.0} ns"
-                        );
+                    let ((ns, rings), line, phase) =
+                        method::bracketed(m.smoke, || run(paths[i], size, len));
+                    if !m.smoke {
+                        eprintln!("  {size} B {}: {ns:.1} ns/msg{phase}", paths[i].name());
                     }
                     by_path[i].push((ns, rings, line));
                 }

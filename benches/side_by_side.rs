@@ -1922,18 +1922,12 @@ fn main() {
                 }
                 let name = row_name(topo, size, peer);
                 progress(&name);
-                // The phase just before and just after the row (not in
-                // smoke runs).
-                let probe = || (!cfg.smoke).then(method::line_transfer_ns);
-                let before = probe();
-                let t = Instant::now();
-                let mut out = peer.run(topo, size, &cfg);
-                let took = t.elapsed().as_secs_f64();
-                out.line = before.into_iter().chain(probe()).collect();
-                let phase = match out.line[..] {
-                    [a, b] => format!(", line {a:.0} ns, after {b:.0} ns"),
-                    _ => String::new(),
-                };
+                let ((mut out, took), line, phase) = method::bracketed(cfg.smoke, || {
+                    let t = Instant::now();
+                    let out = peer.run(topo, size, &cfg);
+                    (out, t.elapsed().as_secs_f64())
+                });
+                out.line = line;
                 eprintln!(
                     "  {name}: {:.2} M msg/s, {took:.2} s{phase}",
                     out.rate / 1e6

@@ -276,13 +276,25 @@ pub fn fmt_spread(s: Option<Spread>, prec: usize) -> String {
 /// Per-repetition ratios a[i] / b[i] (the same repetition), over the
 /// repetitions both have (None where either failed).
 pub fn ratios(a: &[Option<f64>], b: &[Option<f64>]) -> Vec<f64> {
-    a.iter()
-        .zip(b)
-        .filter_map(|(x, y)| match (x, y) {
-            (Some(x), Some(y)) if *y > 0.0 => Some(x / y),
-            _ => None,
-        })
+    phased_ratios(a, &[], b, &[])
+        .into_iter()
+        .map(|f| f.0)
         .collect()
+}
+
+/// Runs one row between two phase probes (none when `smoke`): its result,
+/// the probe's readings before and after, and the text for the row's
+/// progress line (", line 41 ns, after 39 ns"; empty for none).
+pub fn bracketed<T>(smoke: bool, row: impl FnOnce() -> T) -> (T, Vec<f64>, String) {
+    let probe = || (!smoke).then(line_transfer_ns);
+    let before = probe();
+    let out = row();
+    let line: Vec<f64> = before.into_iter().chain(probe()).collect();
+    let text = match line[..] {
+        [a, b] => format!(", line {a:.0} ns, after {b:.0} ns"),
+        _ => String::new(),
+    };
+    (out, line, text)
 }
 
 /// Where the machine was while a figure was taken, by the phase probes

@@ -295,29 +295,19 @@ void print_verdict(const struct method *m, const char *what, struct spread s, in
            verdict_of(s, at_most, goal), m->quick ? " (quick)" : "");
 }
 
-enum phase phase_of(const double *probes, int n)
-{
-    double lo = INFINITY, hi = -INFINITY;
-    for (int i = 0; i < n; i++) {
-        lo = probes[i] < lo ? probes[i] : lo;
-        hi = probes[i] > hi ? probes[i] : hi;
-    }
-    if (n && hi < PHASE_NEAR_NS)
-        return PHASE_NEAR;
-    if (n && lo > PHASE_FAR_NS)
-        return PHASE_FAR;
-    return PHASE_TURNED;
-}
-
 enum phase phase_of_rows(const double *a, int na, const double *b, int nb)
 {
-    double probes[8];
-    int n = 0;
-    for (int i = 0; i < na && n < 8; i++)
-        probes[n++] = a[i];
-    for (int i = 0; i < nb && n < 8; i++)
-        probes[n++] = b[i];
-    return phase_of(probes, n);
+    double lo = INFINITY, hi = -INFINITY;
+    for (int i = 0; i < na + nb; i++) {
+        double x = i < na ? a[i] : b[i - na];
+        lo = x < lo ? x : lo;
+        hi = x > hi ? x : hi;
+    }
+    if (na + nb && hi < PHASE_NEAR_NS)
+        return PHASE_NEAR;
+    if (na + nb && lo > PHASE_FAR_NS)
+        return PHASE_FAR;
+    return PHASE_TURNED;
 }
 
 void print_phases(const char *what, const double *v, const enum phase *ph, int n)

@@ -298,7 +298,6 @@ void print_verdict(const struct method *m, const char *what, struct spread s, in
 enum phase { PHASE_NEAR, PHASE_FAR, PHASE_TURNED };
 #define PHASE_NEAR_NS 60.0
 #define PHASE_FAR_NS 110.0
-enum phase phase_of(const double *probes, int n);
 /* The phase of a figure taken from two rows, by their readings. */
 enum phase phase_of_rows(const double *a, int na, const double *b, int nb);
 /* A target's per-repetition figures by phase, the line after its target
