@@ -70,8 +70,8 @@
 /**
  * The largest capacity accepted. Slots (64 bytes each) are allocated
  * zeroed by eventq_chan_new, and the first message over 48 bytes
- * allocates a buffer per slot (32 bytes each, plus the reused buffer of
- * each slot that has carried such a message): about 1.5 GiB of address
+ * allocates a buffer per slot (24 bytes each, plus the reused buffer of
+ * each slot that has carried such a message): about 1.4 GiB of address
  * space at this maximum, resident only as messages reach the slots.
  */
 #define EVENTQ_MAX_CAPACITY (1 << 24)

@@ -35,8 +35,10 @@ stage-fmt: | need-rustfmt
 	$(CARGO) fmt --check
 
 # Stage: Rust lints, warnings are errors, with every feature (the C ABI,
-# tokio, async-io), with none, and the C library's crate (capi/).
+# tokio, async-io), with none, and the C library's crate (capi/); and
+# `unsafe` allowed only where scripts/check-unsafe-places.sh lists.
 stage-clippy: | need-clippy
+	scripts/check-unsafe-places.sh
 	$(CARGO) clippy --all-targets $(CARGO_FEATURES) --features tokio,async-io -- -D warnings
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) clippy -p eventq-capi --all-targets -- -D warnings

@@ -207,6 +207,26 @@ fn two_producers_one_consumer_lose_nothing() {
     });
 }
 
+/// A long message lives in its slot's heap buffer, which has no lock of its
+/// own: only the stamp keeps the next sender out until the receiver is done
+/// with it (under loom the buffer's lock must be free when taken, and the
+/// messages must arrive whole).
+#[test]
+fn a_long_messages_slot_is_not_reused_while_it_is_read() {
+    model(|| {
+        let chan = Chan::new(Options::new(1)).unwrap();
+        let tx = chan.clone();
+        let producer = thread::spawn(move || {
+            tx.send(&[1; 100], Wait::Forever).unwrap();
+            tx.send(&[2; 100], Wait::Forever).unwrap();
+        });
+        let first = chan.recv(Wait::Forever).unwrap();
+        let second = chan.recv(Wait::Forever).unwrap();
+        producer.join().unwrap();
+        assert_eq!((first, second), (vec![1; 100], vec![2; 100]), "D1/D2/D3");
+    });
+}
+
 #[test]
 fn close_wakes_every_blocked_receiver() {
     // No send here: two receivers spinning on a slot a sender has claimed

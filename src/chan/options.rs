@@ -9,9 +9,9 @@ use crate::error::{Error, Result};
 
 /// The largest capacity a channel accepts. A channel's slots (64 bytes
 /// each) are allocated zeroed when it is created, and its first message
-/// over 48 bytes allocates a buffer slot (32 bytes each, plus the reused
+/// over 48 bytes allocates a buffer slot (24 bytes each, plus the reused
 /// buffer of each slot that has carried such a message), so a capacity is
-/// an address-space commitment of about 1.5 GiB at this maximum; the slots'
+/// an address-space commitment of about 1.4 GiB at this maximum; the slots'
 /// pages become resident only as messages first reach them.
 pub const MAX_CAPACITY: usize = 1 << 24;
 

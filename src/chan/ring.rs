@@ -378,10 +378,17 @@ impl Ring {
 
     #[cold]
     #[inline(never)]
+    #[allow(unsafe_code)]
     fn write_long(&self, pos: u64, msg: &[u8]) {
-        let mut buf = self.bufs.get(self.index(pos)).lock();
-        buf.clear();
-        buf.extend_from_slice(msg);
+        let slot = self.bufs.get(self.index(pos));
+        // SAFETY: the caller moved `tail` past `pos` and publishes the
+        // slot's full stamp only after this returns: the slot is its turn.
+        unsafe {
+            slot.with(|buf| {
+                buf.clear();
+                buf.extend_from_slice(msg);
+            })
+        }
     }
 
     /// Hands message `pos`, `len` bytes long, in `slot` (the caller's by
@@ -399,12 +406,24 @@ impl Ring {
                 len,
             }))
         } else {
-            let mut buf = self.bufs.get(self.index(pos)).lock();
-            let value = take(Payload::Heap(&mut buf));
-            if buf.capacity() > SPARE_BUF_MAX {
-                *buf = Vec::new();
-            }
-            value
+            self.read_long(pos, take)
+        }
+    }
+
+    #[allow(unsafe_code)]
+    fn read_long<T>(&self, pos: u64, take: &mut impl FnMut(Payload<'_>) -> T) -> T {
+        let slot = self.bufs.get(self.index(pos));
+        // SAFETY: the slot is the caller's turn: a receiver moved `head`
+        // past `pos` and hands the slot on (its next stamp) only after this
+        // returns; `drain` has the ring to itself.
+        unsafe {
+            slot.with(|buf| {
+                let value = take(Payload::Heap(buf));
+                if buf.capacity() > SPARE_BUF_MAX {
+                    *buf = Vec::new();
+                }
+                value
+            })
         }
     }
 
@@ -615,8 +634,9 @@ impl Ring {
     }
 
     /// Gives each message still queued to `f`, oldest first, and returns how
-    /// many; for the last handle, when no other thread can touch the ring.
-    pub(super) fn drain(&self, mut f: impl FnMut(&[u8])) -> u64 {
+    /// many; for the last handle (`&mut`: no other thread can touch the
+    /// ring, so every slot is its turn).
+    pub(super) fn drain(&mut self, mut f: impl FnMut(&[u8])) -> u64 {
         let head = self.head().load(Ordering::SeqCst).position();
         let tail = self.tail().load(Ordering::SeqCst).position();
         for p in head..tail {

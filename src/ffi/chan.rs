@@ -41,8 +41,8 @@ const _: () = assert!(EVENTQ_DEFAULT_MAX_MSG_SIZE == crate::chan::DEFAULT_MAX_MS
 
 /// The largest capacity accepted. Slots (64 bytes each) are allocated
 /// zeroed by eventq_chan_new, and the first message over 48 bytes
-/// allocates a buffer per slot (32 bytes each, plus the reused buffer of
-/// each slot that has carried such a message): about 1.5 GiB of address
+/// allocates a buffer per slot (24 bytes each, plus the reused buffer of
+/// each slot that has carried such a message): about 1.4 GiB of address
 /// space at this maximum, resident only as messages reach the slots.
 pub const EVENTQ_MAX_CAPACITY: usize = 1 << 24;
 const _: () = assert!(EVENTQ_MAX_CAPACITY == crate::chan::MAX_CAPACITY);
