@@ -209,8 +209,8 @@ fn two_producers_one_consumer_lose_nothing() {
 
 /// A long message lives in its slot's heap buffer, which has no lock of its
 /// own: only the stamp keeps the next sender out until the receiver is done
-/// with it (under loom the buffer's lock must be free when taken, and the
-/// messages must arrive whole).
+/// with it (loom's `UnsafeCell` under the buffer fails the model on two
+/// accesses the stamps do not order, and the messages must arrive whole).
 #[test]
 fn a_long_messages_slot_is_not_reused_while_it_is_read() {
     model(|| {

@@ -23,8 +23,8 @@ use std::sync::OnceLock;
 use super::shim::AtomicU64;
 
 /// A word of a message stored in its slot. Under loom it is std's atomic,
-/// outside the model like the buffers below: the slot's stamp orders it,
-/// and loom checks the stamps.
+/// outside the model (sparing loom a scheduling point per word): the
+/// slot's stamp orders it, and loom checks the stamps.
 pub(super) type PayloadWord = std::sync::atomic::AtomicU64;
 
 /// Words per line: a slot is its stamp, its length and six payload words.
