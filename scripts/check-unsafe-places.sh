@@ -8,7 +8,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 expected='src/chan/mod.rs: mod slots;
-src/chan/ring.rs: fn read_long<T>(&self, pos: u64, take: &mut impl FnMut(Payload<'"'"'_>) -> T) -> T {
+src/chan/ring.rs: fn read_long<T>(&self, pos: u64, len: usize, take: &mut impl FnMut(Payload<'"'"'_>) -> T) -> T {
 src/chan/ring.rs: fn write_long(&self, pos: u64, msg: &[u8]) {
 src/lib.rs: mod ffi;
 src/lib.rs: mod sys;'

@@ -74,8 +74,8 @@ impl Chan {
                     m.copy_to(&mut inline);
                     false
                 }
-                Payload::Heap(v) => {
-                    std::mem::swap(v, spare);
+                Payload::Heap(m) => {
+                    std::mem::swap(m.buf, spare);
                     true
                 }
             };

@@ -134,8 +134,25 @@ const SPARE_BUF_MAX: usize = 64 * 1024;
 pub(super) enum Payload<'a> {
     /// In the slot's words, copied straight to where the receiver wants it.
     Inline(Inline<'a>),
-    /// The slot's heap buffer; taking it leaves the slot to allocate anew.
-    Heap(&'a mut Vec<u8>),
+    /// In the slot's heap buffer; taking it leaves the slot to allocate
+    /// anew.
+    Heap(Heap<'a>),
+}
+
+/// A long message: the front `len` bytes of its slot's buffer. The buffer
+/// keeps the longest length it has held, so that a message no longer than
+/// that one is written without writing the buffer's own length: the line
+/// holding the buffers' pointers and lengths then stays in both sides'
+/// caches, where writing it made every message fetch it again.
+pub(super) struct Heap<'a> {
+    pub(super) buf: &'a mut Vec<u8>,
+    len: usize,
+}
+
+impl Heap<'_> {
+    fn bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
 }
 
 /// An inline message: the slot's words and its length (at most
@@ -175,7 +192,7 @@ impl Payload<'_> {
     pub(super) fn len(&self) -> usize {
         match self {
             Payload::Inline(m) => m.len,
-            Payload::Heap(v) => v.len(),
+            Payload::Heap(m) => m.len,
         }
     }
 
@@ -184,7 +201,7 @@ impl Payload<'_> {
     pub(super) fn copy_to(&self, buf: &mut [u8]) {
         match self {
             Payload::Inline(m) => m.copy_to(buf),
-            Payload::Heap(v) => buf[..v.len()].copy_from_slice(v),
+            Payload::Heap(m) => buf[..m.len].copy_from_slice(m.bytes()),
         }
     }
 
@@ -192,7 +209,7 @@ impl Payload<'_> {
     pub(super) fn with_bytes<T>(&self, f: impl FnOnce(&[u8]) -> T) -> T {
         match self {
             Payload::Inline(m) => m.with_bytes(f),
-            Payload::Heap(v) => f(v),
+            Payload::Heap(m) => f(m.bytes()),
         }
     }
 
@@ -210,8 +227,12 @@ impl Payload<'_> {
                 m.copy_to(&mut v);
                 v
             }
-            Payload::Heap(v) if v.capacity() <= SPARE_BUF_MAX => v.as_slice().to_vec(),
-            Payload::Heap(v) => std::mem::take(v),
+            Payload::Heap(m) if m.buf.capacity() <= SPARE_BUF_MAX => m.bytes().to_vec(),
+            Payload::Heap(m) => {
+                let mut v = std::mem::take(m.buf);
+                v.truncate(m.len);
+                v
+            }
         }
     }
 }
@@ -384,9 +405,13 @@ impl Ring {
         // SAFETY: the caller moved `tail` past `pos` and publishes the
         // slot's full stamp only after this returns: the slot is its turn.
         unsafe {
-            slot.with(|buf| {
-                buf.clear();
-                buf.extend_from_slice(msg);
+            slot.with(|buf| match buf.get_mut(..msg.len()) {
+                // The buffer's length stays: see `Heap`.
+                Some(front) => front.copy_from_slice(msg),
+                None => {
+                    buf.clear();
+                    buf.extend_from_slice(msg);
+                }
             })
         }
     }
@@ -406,19 +431,19 @@ impl Ring {
                 len,
             }))
         } else {
-            self.read_long(pos, take)
+            self.read_long(pos, len, take)
         }
     }
 
     #[allow(unsafe_code)]
-    fn read_long<T>(&self, pos: u64, take: &mut impl FnMut(Payload<'_>) -> T) -> T {
+    fn read_long<T>(&self, pos: u64, len: usize, take: &mut impl FnMut(Payload<'_>) -> T) -> T {
         let slot = self.bufs.get(self.index(pos));
         // SAFETY: the slot is the caller's turn: a receiver moved `head`
         // past `pos` and hands the slot on (its next stamp) only after this
         // returns; `drain` has the ring to itself.
         unsafe {
             slot.with(|buf| {
-                let value = take(Payload::Heap(buf));
+                let value = take(Payload::Heap(Heap { buf, len }));
                 if buf.capacity() > SPARE_BUF_MAX {
                     *buf = Vec::new();
                 }
