@@ -162,7 +162,7 @@ var liveChans atomic.Int64
 // of 1024; WithCapacity sets it) are allocated zeroed when it is created,
 // and at 8 KiB or more become resident only as messages reach them: an
 // idle channel costs about 1 KiB. The first message longer than 48 bytes
-// allocates a buffer per slot (32 bytes each), and a slot that has carried
+// allocates a buffer per slot (24 bytes each), and a slot that has carried
 // such a message keeps its buffer for reuse (up to 64 KiB). A handle on
 // which goroutines have waited holds one more fd per side, a dup of the
 // receive or send eventfd that they wait on, until Release; the poller
