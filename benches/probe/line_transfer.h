@@ -2,10 +2,9 @@
 /*
  * The machine's phase: the nanoseconds to hand one cache line between two
  * threads (a counter each increments in turn), the lower quartile over
- * bursts. On
- * this project's 2-vCPU VM it reads about 30 ns for some seconds or
- * minutes and 100-300 ns for others (where the hypervisor puts the two
- * vCPUs): the far phase makes every row that moves many lines between the
+ * bursts. On this project's 2-vCPU VM it reads about 30 ns for some
+ * seconds or minutes and 100-300 ns for others (where the hypervisor puts
+ * the two vCPUs): the far phase makes every row that moves many lines between the
  * CPUs slower (docs/decisions/0027, "Phases"). Used by the standalone
  * probe (line_transfer.c, run by make bench's driver before each process)
  * and by the C benches before each row; benches/method/mod.rs has the Rust
