@@ -164,6 +164,18 @@ impl<const H: usize> ZeroedLines<H> {
     }
 }
 
+impl<const H: usize> ZeroedLines<H> {
+    /// The `len` lines after the header as one run of words, 8 a line.
+    #[inline]
+    pub(crate) fn words(&self) -> &[AtomicU64] {
+        let lines: &[Line] = self;
+        // SAFETY: `Line` is `repr(C)` over `[AtomicU64; 8]` and exactly
+        // 64 bytes, so `len` lines are `8 * len` consecutive words, borrowed
+        // for as long as the lines are.
+        unsafe { std::slice::from_raw_parts(lines.as_ptr().cast::<AtomicU64>(), lines.len() * 8) }
+    }
+}
+
 /// The `len` lines after the header.
 impl<const H: usize> std::ops::Deref for ZeroedLines<H> {
     type Target = [Line];

@@ -75,13 +75,13 @@ impl Memory {
         return &self.header[line][w];
     }
 
-    /// Slot-area line `line`.
+    /// The words of slot-area lines `first..first + n`.
     #[inline]
-    fn slot_line(&self, line: usize) -> &[PayloadWord; 8] {
+    fn slot_words(&self, first: usize, n: usize) -> &[PayloadWord] {
         #[cfg(not(loom))]
-        return &self.lines[line].0;
+        return &self.lines.words()[first * 8..(first + n) * 8];
         #[cfg(loom)]
-        return &self.slots[line];
+        return self.slots[first..first + n].as_flattened();
     }
 
     /// The layout words of line 0, read once.
@@ -191,52 +191,47 @@ impl ShmRing {
             .min(self.cap)
     }
 
-    /// The first line of the slot of message `pos`.
-    fn slot_base(&self, pos: u64) -> usize {
-        (pos % self.cap) as usize * self.layout.slot_lines
-    }
-
-    /// Word `k` of the slot starting at line `base`: 0 is the length, the
-    /// message's bytes follow.
+    /// The words of the slot of message `pos`: its length, then room for
+    /// `max_msg` bytes. One bounds check here, none per word.
     #[inline]
-    fn slot_word(&self, base: usize, k: usize) -> &PayloadWord {
-        &self.mem.slot_line(base + k / 8)[k % 8]
+    fn slot(&self, pos: u64) -> &[PayloadWord] {
+        let lines = self.layout.slot_lines;
+        self.mem
+            .slot_words((pos % self.cap) as usize * lines, lines)
     }
 
+    /// Writes `msg` (no longer than the limit) into the slot of `pos`.
     fn write(&self, pos: u64, msg: &[u8]) {
-        let base = self.slot_base(pos);
-        let whole = msg.chunks_exact(8);
-        let rest = whole.remainder();
-        let n = msg.len() / 8;
-        for (k, chunk) in whole.enumerate() {
-            let w: [u8; 8] = chunk.try_into().expect("8-byte chunk");
-            self.slot_word(base, 1 + k)
-                .store(u64::from_ne_bytes(w), Ordering::Relaxed);
+        let (len_word, words) = self
+            .slot(pos)
+            .split_first()
+            .expect("a slot has a length word");
+        let mut chunks = msg.chunks_exact(8);
+        for (w, chunk) in words.iter().zip(&mut chunks) {
+            let b: [u8; 8] = chunk.try_into().expect("8-byte chunk");
+            w.store(u64::from_ne_bytes(b), Ordering::Relaxed);
         }
+        let rest = chunks.remainder();
         if !rest.is_empty() {
-            let mut w = [0u8; 8];
-            w[..rest.len()].copy_from_slice(rest);
-            self.slot_word(base, 1 + n)
-                .store(u64::from_ne_bytes(w), Ordering::Relaxed);
+            let mut b = [0u8; 8];
+            b[..rest.len()].copy_from_slice(rest);
+            words[msg.len() / 8].store(u64::from_ne_bytes(b), Ordering::Relaxed);
         }
-        self.slot_word(base, 0)
-            .store(msg.len() as u64, Ordering::Relaxed);
+        len_word.store(msg.len() as u64, Ordering::Relaxed);
     }
 
     /// Copies message `pos`, `len` bytes (checked against the limit), into
     /// the front of `out`.
     fn read_into(&self, pos: u64, len: usize, out: &mut [u8]) {
-        let base = self.slot_base(pos);
-        let out = &mut out[..len];
-        let mut chunks = out.chunks_exact_mut(8);
-        for (k, chunk) in (&mut chunks).enumerate() {
-            let w = self.slot_word(base, 1 + k).load(Ordering::Relaxed);
-            chunk.copy_from_slice(&w.to_ne_bytes());
+        let words = &self.slot(pos)[1..];
+        let mut chunks = out[..len].chunks_exact_mut(8);
+        for (chunk, w) in (&mut chunks).zip(words) {
+            chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
         }
         let rest = chunks.into_remainder();
         if !rest.is_empty() {
-            let w = self.slot_word(base, 1 + len / 8).load(Ordering::Relaxed);
-            rest.copy_from_slice(&w.to_ne_bytes()[..rest.len()]);
+            let b = words[len / 8].load(Ordering::Relaxed).to_ne_bytes();
+            rest.copy_from_slice(&b[..rest.len()]);
         }
     }
 
@@ -308,9 +303,7 @@ impl ShmRing {
                 return Ok(Peeked::Empty(tail));
             }
         }
-        let len = self
-            .slot_word(self.slot_base(turn.own), 0)
-            .load(Ordering::Relaxed);
+        let len = self.slot(turn.own)[0].load(Ordering::Relaxed);
         match usize::try_from(len) {
             Ok(len) if len <= self.layout.max_msg => Ok(Peeked::Ready(len)),
             _ => Err(Error::Corrupt("a message longer than the channel's limit")),
@@ -385,7 +378,7 @@ impl ShmRing {
         let tail = tail.min(head + self.cap);
         (head..tail)
             .map(|p| {
-                self.slot_word(self.slot_base(p), 0)
+                self.slot(p)[0]
                     .load(Ordering::Relaxed)
                     .min(self.layout.max_msg as u64)
             })
