@@ -42,8 +42,11 @@
 //! message), against a raw eventfd and the semaphore queue, paced two ways:
 //! by a handshake (an ack, then waiting until the consumer is asleep in
 //! `epoll_wait` per /proc), and by a 1 ms idle gap (an ack, then a 1 ms
-//! sleep, so the consumer's vCPU goes idle too); and a ping-pong round trip
-//! over two channels against two eventfds.
+//! sleep, so the consumer's vCPU goes idle too), the paths sampled in turn
+//! (one wake-up of each, then the next) so that they share the machine's
+//! state, with the sender on one CPU and the consumers on another; and a
+//! ping-pong round trip over two channels against two
+//! eventfds.
 //!
 //! The method (benches/method/mod.rs, shared with the other rate benches):
 //! every throughput row runs for a time, not a count (the producers send
@@ -1470,6 +1473,39 @@ fn wait_idle(tid: i32, pacing: Pacing) {
     }
 }
 
+/// The CPUs this thread may run on, and a setter: the idle wake-up paths
+/// put their sender on one CPU and every consumer on another, so that each
+/// path's wake-up crosses between the same two CPUs.
+fn affinity() -> Option<libc::cpu_set_t> {
+    // SAFETY: an all-zero cpu_set_t is a valid (empty) set, filled by the call.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a live cpu_set_t of the size passed.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+    (rc == 0).then_some(set)
+}
+
+fn set_affinity(set: &libc::cpu_set_t) {
+    // SAFETY: `set` is a live cpu_set_t of the size passed.
+    unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(set), set) };
+}
+
+/// The `nth` CPU (0 first, 1 second) of `set` alone; `None` if it has
+/// fewer than two.
+fn nth_cpu(set: &libc::cpu_set_t, nth: usize) -> Option<libc::cpu_set_t> {
+    // SAFETY: CPU_ISSET reads a live set; the index is below CPU_SETSIZE.
+    let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, set) })
+        .collect();
+    if cpus.len() < 2 {
+        return None;
+    }
+    // SAFETY: as in `affinity`.
+    let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_SET writes a live set; the index is below CPU_SETSIZE.
+    unsafe { libc::CPU_SET(cpus[nth], &mut one) };
+    Some(one)
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Idle {
     RawEventfd,
@@ -1489,150 +1525,230 @@ impl Idle {
     }
 }
 
-/// Idle wake-up samples (ns): send on an idle channel until the consumer's
-/// epoll_wait has returned and it holds the message.
-fn idle_wakeup(kind: Idle, cfg: &Cfg, pacing: Pacing) -> Result<Vec<u64>, String> {
-    let base = Instant::now();
-    let t_recv = Arc::new(AtomicU64::new(0));
-    let got = Arc::new(AtomicU64::new(0));
-    let tid = Arc::new(AtomicI32::new(0));
-    let ack = Arc::new(eventfd(0)); // blocking: the sender sleeps on it
-    let note = {
-        let (t_recv, got, ack) = (t_recv.clone(), got.clone(), ack.clone());
-        move |v: u64| {
-            t_recv.store(now_ns(base), Ordering::Release);
-            got.store(v, Ordering::Release);
-            if v != STOP {
-                efd_write(ack.as_raw_fd(), 1);
-            }
-        }
-    };
-    let data = Arc::new(eventfd(libc::EFD_NONBLOCK));
-    let chan = Chan::new(Options::new(CAPACITY)).expect("Chan::new");
-    let sem = SemQueue::<[u8; 8]>::new(1);
-    let consumer = {
-        let (tid, data, chan, sem) = (tid.clone(), data.clone(), chan.clone(), sem.0.clone());
-        thread::spawn(move || match kind {
-            Idle::RawEventfd => {
-                let ep = Ep::new(&[data.as_raw_fd()]);
-                tid.store(gettid(), Ordering::Release);
-                let mut evs = [NO_EVENT; 1];
-                loop {
-                    ep.wait(&mut evs);
-                    if let Some(v) = efd_read(data.as_raw_fd()) {
-                        note(v);
-                        if v == STOP {
-                            return;
-                        }
-                    }
+/// One idle wake-up path: its consumer thread, asleep until a message
+/// comes, and what the sender needs to time one wake-up.
+struct IdlePath {
+    kind: Idle,
+    base: Instant,
+    tid: i32,
+    t_recv: Arc<AtomicU64>,
+    got: Arc<AtomicU64>,
+    ack: Arc<OwnedFd>,
+    data: Arc<OwnedFd>,
+    chan: Chan,
+    sem_tx: SemTx<[u8; 8]>,
+    consumer: thread::JoinHandle<()>,
+    error: Option<String>,
+}
+
+impl IdlePath {
+    fn start(kind: Idle, base: Instant, cpu: Option<libc::cpu_set_t>) -> IdlePath {
+        let t_recv = Arc::new(AtomicU64::new(0));
+        let got = Arc::new(AtomicU64::new(0));
+        let tid = Arc::new(AtomicI32::new(0));
+        let ack = Arc::new(eventfd(0)); // blocking: the sender sleeps on it
+        let note = {
+            let (t_recv, got, ack) = (t_recv.clone(), got.clone(), ack.clone());
+            move |v: u64| {
+                t_recv.store(now_ns(base), Ordering::Release);
+                got.store(v, Ordering::Release);
+                if v != STOP {
+                    efd_write(ack.as_raw_fd(), 1);
                 }
             }
-            Idle::SemQueue => {
-                let ep = Ep::new(&[sem.efd.as_raw_fd()]);
-                tid.store(gettid(), Ordering::Release);
-                let mut evs = [NO_EVENT; 1];
-                loop {
-                    ep.wait(&mut evs);
-                    while efd_read(sem.efd.as_raw_fd()).is_some() {
-                        let m = sem.state.lock().queue.pop_front();
-                        sem.not_full.notify_one();
-                        let v =
-                            u64::from_le_bytes(m.expect("semaphore queue: a token, no message"));
-                        note(v);
-                        if v == STOP {
-                            return;
-                        }
-                    }
+        };
+        let data = Arc::new(eventfd(libc::EFD_NONBLOCK));
+        let chan = Chan::new(Options::new(CAPACITY)).expect("Chan::new");
+        let sem = SemQueue::<[u8; 8]>::new(1);
+        let consumer = {
+            let (tid, data, chan, sem) = (tid.clone(), data.clone(), chan.clone(), sem.0.clone());
+            thread::spawn(move || {
+                if let Some(cpu) = &cpu {
+                    set_affinity(cpu);
                 }
-            }
-            Idle::EqEpoll => {
-                let ep = Ep::new(&[chan.recv_fd().as_raw_fd()]);
-                tid.store(gettid(), Ordering::Release);
-                let mut evs = [NO_EVENT; 1];
-                let mut buf = [0u8; 8];
-                loop {
-                    ep.wait(&mut evs);
-                    loop {
-                        match chan.recv_into(&mut buf, Wait::Never) {
-                            Ok(_) => {
-                                let v = u64::from_le_bytes(buf);
+                match kind {
+                    Idle::RawEventfd => {
+                        let ep = Ep::new(&[data.as_raw_fd()]);
+                        tid.store(gettid(), Ordering::Release);
+                        let mut evs = [NO_EVENT; 1];
+                        loop {
+                            ep.wait(&mut evs);
+                            if let Some(v) = efd_read(data.as_raw_fd()) {
                                 note(v);
                                 if v == STOP {
                                     return;
                                 }
                             }
-                            Err(Error::WouldBlock) => break,
-                            Err(e) => panic!("recv_into: {e}"),
+                        }
+                    }
+                    Idle::SemQueue => {
+                        let ep = Ep::new(&[sem.efd.as_raw_fd()]);
+                        tid.store(gettid(), Ordering::Release);
+                        let mut evs = [NO_EVENT; 1];
+                        loop {
+                            ep.wait(&mut evs);
+                            while efd_read(sem.efd.as_raw_fd()).is_some() {
+                                let m = sem.state.lock().queue.pop_front();
+                                sem.not_full.notify_one();
+                                let v = u64::from_le_bytes(
+                                    m.expect("semaphore queue: a token, no message"),
+                                );
+                                note(v);
+                                if v == STOP {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                    Idle::EqEpoll => {
+                        let ep = Ep::new(&[chan.recv_fd().as_raw_fd()]);
+                        tid.store(gettid(), Ordering::Release);
+                        let mut evs = [NO_EVENT; 1];
+                        let mut buf = [0u8; 8];
+                        loop {
+                            ep.wait(&mut evs);
+                            loop {
+                                match chan.recv_into(&mut buf, Wait::Never) {
+                                    Ok(_) => {
+                                        let v = u64::from_le_bytes(buf);
+                                        note(v);
+                                        if v == STOP {
+                                            return;
+                                        }
+                                    }
+                                    Err(Error::WouldBlock) => break,
+                                    Err(e) => panic!("recv_into: {e}"),
+                                }
+                            }
+                        }
+                    }
+                    Idle::EqLoop => {
+                        let lp = Loop::new().expect("Loop::new");
+                        let done = Arc::new(AtomicBool::new(false));
+                        let done2 = done.clone();
+                        lp.add_chan(&chan, move |_, _, ev| {
+                            if let Event::Message(m) = ev {
+                                let v = u64::from_le_bytes(m.try_into().unwrap());
+                                note(v);
+                                if v == STOP {
+                                    done2.store(true, Ordering::Release);
+                                }
+                            }
+                            Ok(())
+                        })
+                        .expect("add_chan");
+                        tid.store(gettid(), Ordering::Release);
+                        while !done.load(Ordering::Acquire) {
+                            lp.run_once(None).expect("run_once");
                         }
                     }
                 }
+            })
+        };
+        let tid = loop {
+            match tid.load(Ordering::Acquire) {
+                0 => thread::yield_now(),
+                t => break t,
             }
-            Idle::EqLoop => {
-                let lp = Loop::new().expect("Loop::new");
-                let done = Arc::new(AtomicBool::new(false));
-                let done2 = done.clone();
-                lp.add_chan(&chan, move |_, _, ev| {
-                    if let Event::Message(m) = ev {
-                        let v = u64::from_le_bytes(m.try_into().unwrap());
-                        note(v);
-                        if v == STOP {
-                            done2.store(true, Ordering::Release);
-                        }
-                    }
-                    Ok(())
-                })
-                .expect("add_chan");
-                tid.store(gettid(), Ordering::Release);
-                while !done.load(Ordering::Acquire) {
-                    lp.run_once(None).expect("run_once");
-                }
-            }
-        })
-    };
-    let mut sem_tx = sem.producer();
-    let mut send = |v: u64| match kind {
-        Idle::RawEventfd => efd_write(data.as_raw_fd(), v),
-        Idle::SemQueue => SemQueue::send(&mut sem_tx, &v.to_le_bytes()),
-        Idle::EqEpoll | Idle::EqLoop => chan.send(&v.to_le_bytes(), Wait::Forever).expect("send"),
-    };
-    let tid = loop {
-        match tid.load(Ordering::Acquire) {
-            0 => thread::yield_now(),
-            t => break t,
+        };
+        IdlePath {
+            kind,
+            base,
+            tid,
+            t_recv,
+            got,
+            ack,
+            data,
+            chan,
+            sem_tx: sem.producer(),
+            consumer,
+            error: None,
         }
+    }
+
+    fn send(&mut self, v: u64) {
+        match self.kind {
+            Idle::RawEventfd => efd_write(self.data.as_raw_fd(), v),
+            Idle::SemQueue => SemQueue::send(&mut self.sem_tx, &v.to_le_bytes()),
+            Idle::EqEpoll | Idle::EqLoop => self
+                .chan
+                .send(&v.to_le_bytes(), Wait::Forever)
+                .expect("send"),
+        }
+    }
+
+    /// Once the consumer is idle (as `pacing` says), sends `v` and returns
+    /// the nanoseconds until the consumer held it.
+    fn sample(&mut self, v: u64, pacing: Pacing) -> u64 {
+        wait_idle(self.tid, pacing);
+        let t0 = now_ns(self.base);
+        self.send(v);
+        let mut a = 0u64;
+        // SAFETY: blocking read of 8 bytes into a live local.
+        while unsafe { libc::read(self.ack.as_raw_fd(), (&mut a as *mut u64).cast(), 8) } != 8 {
+            assert_eq!(errno(), libc::EINTR, "ack read");
+        }
+        let got = self.got.load(Ordering::Acquire);
+        if got != v && self.error.is_none() {
+            self.error = Some(format!("idle wake-up: sent {v}, consumer saw {got}"));
+        }
+        self.t_recv.load(Ordering::Acquire).saturating_sub(t0)
+    }
+
+    fn stop(mut self) -> Result<(), String> {
+        self.send(STOP);
+        self.consumer
+            .join()
+            .map_err(|_| "idle consumer panicked".to_string())?;
+        self.error.map_or(Ok(()), Err)
+    }
+}
+
+/// Idle wake-up samples (ns) of every path in `kinds`, taken in turn: one
+/// sample of each path, then the next, the order rotated per sample, so
+/// that the paths compared share the machine's state sample by sample
+/// (paths run one after another drifted apart by 15-20% between runs).
+/// The sender runs on the first CPU it may use and every consumer on the
+/// second: unpinned, the scheduler put some consumers beside the sender
+/// (a 5 us wake-up) and others across (35 us), path by path.
+fn idle_wakeups(kinds: &[Idle], cfg: &Cfg, pacing: Pacing) -> Vec<Result<Vec<u64>, String>> {
+    let base = Instant::now();
+    let all = affinity();
+    let (sender_cpu, consumer_cpu) = match &all {
+        Some(set) => (nth_cpu(set, 0), nth_cpu(set, 1)),
+        None => (None, None),
     };
+    if let Some(cpu) = &sender_cpu {
+        set_affinity(cpu);
+    }
+    let mut paths: Vec<IdlePath> = kinds
+        .iter()
+        .map(|&k| IdlePath::start(k, base, consumer_cpu))
+        .collect();
     let (warm, iters) = if pacing == Pacing::Gap {
         (cfg.lat_warm.min(cfg.gap_iters / 10), cfg.gap_iters)
     } else {
         (cfg.lat_warm, cfg.lat_iters)
     };
-    let mut samples = Vec::with_capacity(iters);
-    let mut error = None;
+    let mut samples = vec![Vec::with_capacity(iters); paths.len()];
     for i in 0..warm + iters {
-        wait_idle(tid, pacing);
-        let v = i as u64 + 1;
-        let t0 = now_ns(base);
-        send(v);
-        let mut a = 0u64;
-        // SAFETY: blocking read of 8 bytes into a live local.
-        while unsafe { libc::read(ack.as_raw_fd(), (&mut a as *mut u64).cast(), 8) } != 8 {
-            assert_eq!(errno(), libc::EINTR, "ack read");
-        }
-        if got.load(Ordering::Acquire) != v && error.is_none() {
-            error = Some(format!(
-                "idle wake-up: sent {v}, consumer saw {}",
-                got.load(Ordering::Acquire)
-            ));
-        }
-        if i >= warm {
-            samples.push(t_recv.load(Ordering::Acquire).saturating_sub(t0));
+        for j in 0..paths.len() {
+            let p = method::order(j, i, paths.len());
+            let ns = paths[p].sample(i as u64 + 1, pacing);
+            if i >= warm {
+                samples[p].push(ns);
+            }
         }
     }
-    send(STOP);
-    consumer
-        .join()
-        .map_err(|_| "idle consumer panicked".to_string())?;
-    error.map_or(Ok(samples), Err)
+    let out = paths
+        .into_iter()
+        .zip(samples)
+        .map(|(path, s)| path.stop().map(|()| s))
+        .collect();
+    if let Some(set) = &all {
+        set_affinity(set);
+    }
+    out
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -1947,23 +2063,21 @@ fn main() {
                 cfg.lat_reps
             );
             for (j, &pacing) in pacings.iter().enumerate() {
-                for i in 0..idles.len() {
-                    let i = method::order(i, rep, idles.len());
-                    let k = idles[i];
-                    progress(k.label());
-                    let t = Instant::now();
-                    let r = idle_wakeup(k, &cfg, pacing);
+                progress(&format!("idle wake-up ({})", pacing.describe()));
+                let t = Instant::now();
+                for (i, r) in idle_wakeups(&idles, &cfg, pacing).into_iter().enumerate() {
                     if let Err(e) = &r {
+                        let k = idles[i];
                         errors.push(format!("{} ({}): {e}", k.label(), pacing.describe()));
                     }
                     idle_res[j][i].push(r.ok().map(percentiles));
-                    eprintln!(
-                        "  idle {} ({}): {:.2} s",
-                        k.label(),
-                        pacing.describe(),
-                        t.elapsed().as_secs_f64()
-                    );
                 }
+                eprintln!(
+                    "  idle wake-up, {} paths in turn ({}): {:.2} s",
+                    idles.len(),
+                    pacing.describe(),
+                    t.elapsed().as_secs_f64()
+                );
             }
             for i in 0..pps.len() {
                 let i = method::order(i, rep, pps.len());
@@ -2153,7 +2267,7 @@ fn main() {
         lat_table(
             &mut o,
             &format!(
-                "== idle wake-up latency ({} samples per run, median over runs; paced by {}) ==",
+                "== idle wake-up latency ({} samples per path and run, the paths sampled in turn; median over runs; paced by {}) ==",
                 if pacing == Pacing::Gap {
                     cfg.gap_iters
                 } else {
