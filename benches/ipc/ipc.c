@@ -26,7 +26,8 @@
  * and sends it; the consumer reads CLOCK_MONOTONIC as soon as it holds the
  * message: the one-way latency, from the send call to the message in hand
  * after the wake-up. The consumer acknowledges through the shared page
- * (outside what is measured) before the next gap starts.
+ * (outside what is measured) before the next gap starts. The producer runs
+ * on one CPU and the consumer on another, in every ping row.
  *
  * Targets, judged from the per-repetition ratios: met only if the
  * spread's worse end meets the target, MISSED if its better end misses,
@@ -51,6 +52,7 @@
 #include <linux/futex.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -242,9 +244,36 @@ static void ping(const struct prod_arg *a, void *tx)
     a->row->send(tx, msg, sizeof msg);
 }
 
+/* The CPUs the bench may use, as it started. */
+static cpu_set_t all_cpus;
+static int all_cpus_known;
+
+/* Pins the calling thread to the nth CPU (0 the first) of those the bench
+ * started with; nothing with fewer than two. The ping rows put their
+ * consumer on the second and their producer on the first, so every row's
+ * wake-up crosses between the same two CPUs: unpinned, the scheduler woke
+ * some rows' consumers beside the producer and others across. */
+static void pin_nth_cpu(int nth)
+{
+    if (!all_cpus_known || CPU_COUNT(&all_cpus) < 2)
+        return;
+    for (int c = 0, seen = 0; c < CPU_SETSIZE; c++) {
+        if (!CPU_ISSET(c, &all_cpus) || seen++ != nth)
+            continue;
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(c, &one);
+        if (sched_setaffinity(0, sizeof one, &one))
+            die("sched_setaffinity: %s", strerror(errno));
+        return;
+    }
+}
+
 static void *producer_main(void *arg)
 {
     struct prod_arg *a = arg;
+    if (a->mode == MODE_PING)
+        pin_nth_cpu(0);
     void *tx = a->row->producer_open(a->st, a->p);
     atomic_fetch_add(&sh->ready, 1);
     futex_wait_set(&sh->go);
@@ -301,6 +330,8 @@ static void consumer_main(const struct row *row, const struct run_info *ri, enum
 {
     child_of(harness);
     setpgid(0, 0);
+    if (mode == MODE_PING)
+        pin_nth_cpu(1);
     int P = ri->producers;
     void *st = row->setup(ri);
     struct prod_arg args[MAX_PRODUCERS];
@@ -681,6 +712,7 @@ int main(int argc, char **argv)
 {
     parse_args(argc, argv);
     setvbuf(stdout, NULL, _IOLBF, 0);
+    all_cpus_known = !sched_getaffinity(0, sizeof all_cpus, &all_cpus);
     for (int l = 0; l < NLIBS; l++)
         for (int i = 0; i < LIBS[l]->nrows; i++)
             rows[nrows++] = LIBS[l]->rows[i];
