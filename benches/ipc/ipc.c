@@ -93,6 +93,7 @@ static int nrows;
 static const struct row *const PING_ROWS[] = {&eq_shared_recv, &eq_local_recv, &sys_pipe,
                                               &sys_seqpacket};
 #define NPING (int)(sizeof PING_ROWS / sizeof PING_ROWS[0])
+_Static_assert(NPING <= MAX_PATHS, "the ping rows take turns in one run");
 
 static const struct lib *const LIBS[] = {
     &lib_eventq, &lib_sys,
@@ -171,10 +172,24 @@ static void futex_wait_set(_Atomic uint32_t *w)
             die("futex: %s", strerror(errno));
 }
 
+static void futex_wake_all(_Atomic uint32_t *w)
+{
+    syscall(SYS_futex, w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
 static void futex_set(_Atomic uint32_t *w)
 {
     atomic_store(w, 1);
-    syscall(SYS_futex, w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    futex_wake_all(w);
+}
+
+/* Waits until *w is at least `want` (w only grows). */
+static void futex_wait_at_least(_Atomic uint32_t *w, uint32_t want)
+{
+    for (uint32_t v; (v = atomic_load(w)) < want;)
+        if (syscall(SYS_futex, w, FUTEX_WAIT, v, NULL, NULL, 0) < 0 && errno != EAGAIN &&
+            errno != EINTR)
+            die("futex: %s", strerror(errno));
 }
 
 static void sleep_sec(double s)
@@ -200,6 +215,7 @@ struct prod_arg {
     int p;
     enum mode mode;
     const struct run_info *ri;
+    int path; /* ping: the row's index among those taking turns */
 };
 
 static void flood(const struct prod_arg *a, void *tx)
@@ -225,20 +241,28 @@ static void flood(const struct prod_arg *a, void *tx)
     free(k);
 }
 
+static uint32_t ping_total(void)
+{
+    return (uint32_t)sh->ping_warm + (uint32_t)sh->ping_n;
+}
+
+/* The producer of ping row a->path: its turns, each after the ping before
+ * it was received (whichever row sent it) and a 1 ms idle gap; then, once
+ * every row's pings are in, its end marker. */
 static void ping(const struct prod_arg *a, void *tx)
 {
-    uint64_t total = (uint64_t)sh->ping_warm + (uint64_t)sh->ping_n, msg[2];
-    for (uint64_t i = 0; i < total; i++) {
+    uint32_t total = ping_total();
+    uint64_t msg[2];
+    for (uint32_t i = 0; i < total; i++) {
+        if (ping_owner(i, sh->npaths) != a->path)
+            continue;
+        futex_wait_at_least(&sh->acked, i);
         sleep_sec(0.001); /* the idle gap: the consumer is asleep in epoll_wait */
         msg[0] = i;
         msg[1] = mono_ns();
         a->row->send(tx, msg, sizeof msg);
-        /* The consumer's ack, through the shared page: no wake-up of its
-         * own is measured. */
-        while (atomic_load(&sh->acked) != i + 1)
-            sleep_sec(20e-6);
     }
-    atomic_store(&sh->sent[0], total);
+    futex_wait_at_least(&sh->acked, total);
     msg[0] = SEQ_END;
     msg[1] = 0;
     a->row->send(tx, msg, sizeof msg);
@@ -273,7 +297,7 @@ static void *producer_main(void *arg)
 {
     struct prod_arg *a = arg;
     if (a->mode == MODE_PING)
-        pin_nth_cpu(0);
+        pin_nth_cpu(0); /* and the consumer on the second (pings_consumer_main) */
     void *tx = a->row->producer_open(a->st, a->p);
     atomic_fetch_add(&sh->ready, 1);
     futex_wait_set(&sh->go);
@@ -288,6 +312,15 @@ static void *producer_main(void *arg)
     return NULL;
 }
 
+/* The first ping from `from` on that row `path` sends; ping_total() if
+ * none is left. */
+static uint64_t ping_due(int path, uint64_t from)
+{
+    while (from < ping_total() && ping_owner(from, sh->npaths) != path)
+        from++;
+    return from;
+}
+
 int ping_msg(struct sink *k, const void *data, size_t len)
 {
     uint64_t t1 = mono_ns();
@@ -300,20 +333,22 @@ int ping_msg(struct sink *k, const void *data, size_t len)
     }
     uint64_t seq = load64(data), t0 = load64((const unsigned char *)data + 8);
     if (seq == SEQ_END) {
-        uint64_t want = (uint64_t)sh->ping_warm + (uint64_t)sh->ping_n;
-        if (k->ping_next != want)
-            tally_fail(t, "ping end marker after %llu of %llu pings",
-                       (unsigned long long)k->ping_next, (unsigned long long)want);
+        if (k->ping_next != ping_total())
+            tally_fail(t, "ping end marker after ping %llu of %u",
+                       (unsigned long long)k->ping_next, ping_total());
         t->next[0] = SEQ_END;
         return t->done = 1;
     }
     if (seq != k->ping_next)
         tally_fail(t, "ping %llu where %llu was due", (unsigned long long)seq,
                    (unsigned long long)k->ping_next);
-    k->ping_next = seq + 1;
-    if (seq >= (uint64_t)sh->ping_warm && sh->nlat < MAX_PING)
-        sh->lat[sh->nlat++] = (double)(t1 - t0);
-    atomic_store(&sh->acked, seq + 1);
+    k->ping_next = ping_due(k->path, seq + 1);
+    int p = k->path;
+    if (seq >= (uint64_t)sh->ping_warm && sh->nlat[p] < MAX_PING)
+        sh->lat[p][sh->nlat[p]++] = (double)(t1 - t0);
+    /* The next row's turn; its producer's wake-up is not measured. */
+    atomic_store(&sh->acked, (uint32_t)seq + 1);
+    futex_wake_all(&sh->acked);
     return 0;
 }
 
@@ -324,37 +359,56 @@ static uint64_t ctx_switches(int who)
     return (uint64_t)ru.ru_nvcsw + (uint64_t)ru.ru_nivcsw;
 }
 
-/* The consumer process of one run; never returns. */
-static void consumer_main(const struct row *row, const struct run_info *ri, enum mode mode,
-                          pid_t harness)
+/* Forks a producer process for args (a child of this process). */
+static pid_t fork_producer(struct prod_arg *args)
+{
+    pid_t me = getpid(), kid = fork();
+    if (kid < 0)
+        die("fork: %s", strerror(errno));
+    if (kid == 0) {
+        child_of(me);
+        producer_main(args);
+        _exit(0);
+    }
+    return kid;
+}
+
+/* Waits for a producer process; writes the run's error if it failed and
+ * none is written yet. Returns 0 if it ended well. */
+static int reap_producer(pid_t kid, int p)
+{
+    int status;
+    while (waitpid(kid, &status, 0) < 0)
+        if (errno != EINTR)
+            die("waitpid: %s", strerror(errno));
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return 0;
+    if (!sh->error[0])
+        snprintf(sh->error, sizeof sh->error, "producer process %d ended with status %#x", p,
+                 status);
+    return -1;
+}
+
+/* The consumer process of one throughput run; never returns. */
+static void consumer_main(const struct row *row, const struct run_info *ri, pid_t harness)
 {
     child_of(harness);
     setpgid(0, 0);
-    if (mode == MODE_PING)
-        pin_nth_cpu(1);
     int P = ri->producers;
     void *st = row->setup(ri);
     struct prod_arg args[MAX_PRODUCERS];
     pthread_t thr[MAX_PRODUCERS];
     pid_t kids[MAX_PRODUCERS];
     for (int p = 0; p < P; p++) {
-        args[p] = (struct prod_arg){row, st, p, mode, ri};
+        args[p] = (struct prod_arg){row, st, p, MODE_FLOOD, ri, 0};
         if (row->threads) {
             if (pthread_create(&thr[p], NULL, producer_main, &args[p]))
                 die("pthread_create failed");
             continue;
         }
-        pid_t me = getpid();
-        kids[p] = fork();
-        if (kids[p] < 0)
-            die("fork: %s", strerror(errno));
-        if (kids[p] == 0) {
-            child_of(me);
-            producer_main(&args[p]);
-            _exit(0);
-        }
+        kids[p] = fork_producer(&args[p]);
     }
-    struct sink k = {.mode = mode, .sh = sh, .t = &sh->tally};
+    struct sink k = {.mode = MODE_FLOOD, .sh = sh, .t = &sh->tally};
     sh->tally.k = checksum_k(ri->size);
     atomic_fetch_add(&sh->ready, 1);
     futex_wait_set(&sh->go);
@@ -362,22 +416,85 @@ static void consumer_main(const struct row *row, const struct run_info *ri, enum
     futex_set(&sh->done);
     int bad_kid = 0;
     for (int p = 0; p < P; p++) {
-        if (row->threads) {
+        if (row->threads)
             pthread_join(thr[p], NULL);
-            continue;
-        }
-        int status;
-        while (waitpid(kids[p], &status, 0) < 0)
-            if (errno != EINTR)
-                die("waitpid: %s", strerror(errno));
-        if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && !bad_kid++)
-            snprintf(sh->error, sizeof sh->error, "producer process %d ended with status %#x",
-                     p, status);
+        else
+            bad_kid |= reap_producer(kids[p], p);
     }
     if (!bad_kid)
         tally_complete(&sh->tally, sh->error, sizeof sh->error);
     sh->ctxsw = (double)(ctx_switches(RUSAGE_SELF) + ctx_switches(RUSAGE_CHILDREN));
     row->teardown(st, sh->note, sizeof sh->note);
+    _exit(0);
+}
+
+struct path_arg {
+    const struct row *row;
+    void *st;
+    struct sink k;
+};
+
+static void *consume_path(void *arg)
+{
+    struct path_arg *a = arg;
+    a->row->consume(a->st, &a->k);
+    return NULL;
+}
+
+/* The consumer process of a ping run: the `n` rows of prow, each with its
+ * producer and a consumer thread of its own, on the second CPU (the
+ * producers on the first); never returns. */
+static void pings_consumer_main(const struct row *const *prow, int n, const struct run_info *ri,
+                                pid_t harness)
+{
+    child_of(harness);
+    setpgid(0, 0);
+    pin_nth_cpu(1);
+    struct prod_arg args[MAX_PATHS];
+    struct path_arg pa[MAX_PATHS];
+    pthread_t prod_thr[MAX_PATHS], cons_thr[MAX_PATHS];
+    pid_t kids[MAX_PATHS];
+    for (int p = 0; p < n; p++) {
+        pa[p] = (struct path_arg){prow[p], prow[p]->setup(ri), {0}};
+        args[p] = (struct prod_arg){prow[p], pa[p].st, 0, MODE_PING, ri, p};
+    }
+    /* The processes first: a fork copies only the thread that calls it. */
+    for (int p = 0; p < n; p++)
+        if (!prow[p]->threads)
+            kids[p] = fork_producer(&args[p]);
+    for (int p = 0; p < n; p++)
+        if (prow[p]->threads && pthread_create(&prod_thr[p], NULL, producer_main, &args[p]))
+            die("pthread_create failed");
+    for (int p = 0; p < n; p++) {
+        sh->ptally[p] = (struct tally){
+            .producers = 1, .size = PING_SIZE, .next = &sh->pnext[p], .wakes = -1};
+        pa[p].k = (struct sink){.mode = MODE_PING, .sh = sh, .t = &sh->ptally[p], .path = p};
+        pa[p].k.ping_next = ping_due(p, 0);
+    }
+    atomic_fetch_add(&sh->ready, 1);
+    futex_wait_set(&sh->go);
+    for (int p = 0; p < n; p++)
+        if (pthread_create(&cons_thr[p], NULL, consume_path, &pa[p]))
+            die("pthread_create failed");
+    for (int p = 0; p < n; p++)
+        pthread_join(cons_thr[p], NULL);
+    futex_set(&sh->done);
+    int bad_kid = 0;
+    for (int p = 0; p < n; p++) {
+        if (prow[p]->threads)
+            pthread_join(prod_thr[p], NULL);
+        else
+            bad_kid |= reap_producer(kids[p], p);
+    }
+    for (int p = 0; p < n && !bad_kid && !sh->error[0]; p++) {
+        char e[400];
+        if (!tally_complete(&sh->ptally[p], e, sizeof e))
+            snprintf(sh->error, sizeof sh->error, "%s: %s", prow[p]->label, e);
+    }
+    for (int p = 0; p < n; p++) {
+        char note[160];
+        prow[p]->teardown(pa[p].st, note, sizeof note);
+    }
     _exit(0);
 }
 
@@ -394,6 +511,16 @@ struct result {
     char error[600];
 };
 
+/* Messages received so far in the run, and processes set up: what the hang
+ * guard watches. */
+static uint64_t progress(void)
+{
+    uint64_t seen = atomic_load_explicit(&sh->tally.seen, memory_order_relaxed);
+    for (int p = 0; p < MAX_PATHS; p++)
+        seen += atomic_load_explicit(&sh->ptally[p].seen, memory_order_relaxed);
+    return seen + (uint64_t)atomic_load(&sh->ready);
+}
+
 /* Waits for the run's consumer; a run with no progress for HANG_SECONDS
  * is killed. Returns 0, or -1 with the error written. */
 static int wait_consumer(pid_t pid, int *status, const char *name, struct result *res)
@@ -406,8 +533,7 @@ static int wait_consumer(pid_t pid, int *status, const char *name, struct result
             return 0;
         if (r < 0 && errno != EINTR)
             die("waitpid: %s", strerror(errno));
-        uint64_t seen = atomic_load_explicit(&sh->tally.seen, memory_order_relaxed) +
-                        (uint64_t)atomic_load(&sh->ready);
+        uint64_t seen = progress();
         if (seen != last) {
             last = seen;
             since = now_sec();
@@ -418,16 +544,70 @@ static int wait_consumer(pid_t pid, int *status, const char *name, struct result
             snprintf(res->error, sizeof res->error,
                      "%s: no progress for %d s (%llu messages received): a hang (lost wake-up "
                      "or lost message?)",
-                     name, HANG_SECONDS,
-                     (unsigned long long)atomic_load_explicit(&sh->tally.seen,
-                                                              memory_order_relaxed));
+                     name, HANG_SECONDS, (unsigned long long)progress());
             return -1;
         }
         sleep_sec(0.002);
     }
 }
 
-static void run_one(const struct row *row, int P, size_t size, enum mode mode, const char *name,
+/* Starts the consumer process (made by the caller, pid) once it and its
+ * `ready` producers are set up. Returns 0, or -1 with the error written. */
+static int start_run(pid_t pid, int ready, const char *name, struct result *res)
+{
+    setpgid(pid, pid); /* also done by the child: whichever is first */
+    double t = now_sec();
+    while (atomic_load(&sh->ready) < ready) {
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            snprintf(res->error, sizeof res->error,
+                     "%s: the consumer process ended (status %#x) before the start", name,
+                     status);
+            return -1;
+        }
+        if (now_sec() - t > HANG_SECONDS) {
+            kill(-pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            snprintf(res->error, sizeof res->error, "%s: not set up after %d s", name,
+                     HANG_SECONDS);
+            return -1;
+        }
+        sleep_sec(0.0005);
+    }
+    futex_set(&sh->go);
+    return 0;
+}
+
+/* Waits for the consumer process to end. Returns 0 if the run delivered
+ * everything, or -1 with the error written. */
+static int end_run(pid_t pid, const char *name, struct result *res)
+{
+    int status;
+    if (wait_consumer(pid, &status, name, res) < 0)
+        return -1;
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+        snprintf(res->error, sizeof res->error, "%s: the consumer process ended with status %#x",
+                 name, status);
+        return -1;
+    }
+    if (sh->error[0]) {
+        snprintf(res->error, sizeof res->error, "%s: %s", name, sh->error);
+        return -1;
+    }
+    return 0;
+}
+
+static pid_t fork_consumer(void)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork: %s", strerror(errno));
+    return pid;
+}
+
+/* One throughput run of row with P producers. */
+static void run_one(const struct row *row, int P, size_t size, const char *name,
                     struct result *res)
 {
     memset(res, 0, sizeof *res);
@@ -446,44 +626,18 @@ static void run_one(const struct row *row, int P, size_t size, enum mode mode, c
         .wakes = -1,
         .expect = sh->sent,
     };
-    sh->ping_warm = cfg.smoke ? 2 : PING_WARM;
-    sh->ping_n = cfg.ping;
-    pid_t harness = getpid();
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0)
-        die("fork: %s", strerror(errno));
+    pid_t harness = getpid(), pid = fork_consumer();
     if (pid == 0)
-        consumer_main(row, &ri, mode, harness);
-    setpgid(pid, pid); /* also done by the child: whichever is first */
-
-    /* Everyone set up: go. */
-    double t = now_sec();
-    while (atomic_load(&sh->ready) < P + 1) {
-        int status;
-        if (waitpid(pid, &status, WNOHANG) == pid) {
-            snprintf(res->error, sizeof res->error,
-                     "%s: the consumer process ended (status %#x) before the start", name,
-                     status);
-            return;
-        }
-        if (now_sec() - t > HANG_SECONDS) {
-            kill(-pid, SIGKILL);
-            waitpid(pid, NULL, 0);
-            snprintf(res->error, sizeof res->error, "%s: not set up after %d s", name,
-                     HANG_SECONDS);
-            return;
-        }
-        sleep_sec(0.0005);
-    }
-    futex_set(&sh->go);
+        consumer_main(row, &ri, harness);
+    if (start_run(pid, P + 1, name, res) < 0)
+        return;
 
     /* The timed window: after a warm-up that starts with the first message. */
     uint64_t s0 = 0, s1 = 0;
     double t0 = 0, t1 = 0;
-    if (mode == MODE_FLOOD && !cfg.smoke) {
+    if (!cfg.smoke) {
         _Atomic uint64_t *seen = &sh->tally.seen;
-        t = now_sec();
+        double t = now_sec();
         while (atomic_load_explicit(seen, memory_order_relaxed) == 0 && now_sec() - t < 10)
             sleep_sec(0.0005);
         sleep_sec(cfg.m.warm);
@@ -496,27 +650,38 @@ static void run_one(const struct row *row, int P, size_t size, enum mode mode, c
         } while (t1 - t0 < cfg.m.row_time || (s1 - s0 < 1000 && t1 - t0 < 10));
         atomic_store(&sh->stop, 1);
     }
-
-    int status;
-    if (wait_consumer(pid, &status, name, res) < 0)
+    if (end_run(pid, name, res) < 0)
         return;
-    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-        snprintf(res->error, sizeof res->error, "%s: the consumer process ended with status %#x",
-                 name, status);
-        return;
-    }
-    if (sh->error[0]) {
-        snprintf(res->error, sizeof res->error, "%s: %s", name, sh->error);
-        return;
-    }
     snprintf(res->note, sizeof res->note, "%s", sh->note);
     uint64_t total = atomic_load(&sh->tally.seen);
     res->rate = t1 > t0 ? (double)(s1 - s0) / (t1 - t0) : 0;
     res->ctxsw = total ? sh->ctxsw / (double)total : 0;
     res->wakes = total && sh->tally.wakes >= 0 ? (double)sh->tally.wakes / (double)total : -1;
-    if (mode == MODE_PING) {
-        res->p50 = quantile(sh->lat, sh->nlat, 0.5);
-        res->p99 = quantile(sh->lat, sh->nlat, 0.99);
+}
+
+/* One ping run of the n rows of prow, sampled in turn: res[p] for row p
+ * (a failure of the run is each row's). */
+static void run_pings(const struct row *const *prow, int n, const char *name,
+                      struct result *const *res)
+{
+    for (int p = 0; p < n; p++)
+        memset(res[p], 0, sizeof *res[p]);
+    memset(sh, 0, sizeof *sh);
+    struct run_info ri = {.producers = 1, .size = PING_SIZE, .smoke = cfg.smoke};
+    sh->ping_warm = cfg.smoke ? 2 : PING_WARM;
+    sh->ping_n = cfg.ping;
+    sh->npaths = n;
+    pid_t harness = getpid(), pid = fork_consumer();
+    if (pid == 0)
+        pings_consumer_main(prow, n, &ri, harness);
+    if (start_run(pid, n + 1, name, res[0]) < 0 || end_run(pid, name, res[0]) < 0) {
+        for (int p = 1; p < n; p++)
+            snprintf(res[p]->error, sizeof res[p]->error, "%s", res[0]->error);
+        return;
+    }
+    for (int p = 0; p < n; p++) {
+        res[p]->p50 = quantile(sh->lat[p], sh->nlat[p], 0.5);
+        res[p]->p99 = quantile(sh->lat[p], sh->nlat[p], 0.99);
     }
 }
 
@@ -758,7 +923,7 @@ int main(int argc, char **argv)
                 /* The phase just before and just after the row. */
                 double before = cfg.smoke ? -1 : line_transfer_ns(LT_PER_BURST, LT_MIN_MS);
                 double a = now_sec();
-                run_one(rows[ri], GROUPS[gi].producers, GROUPS[gi].size, MODE_FLOOD, name, res);
+                run_one(rows[ri], GROUPS[gi].producers, GROUPS[gi].size, name, res);
                 double took = now_sec() - a;
                 char phase[64] = "";
                 probe_after(res->line, &res->n_line, before, phase, sizeof phase);
@@ -769,22 +934,32 @@ int main(int argc, char **argv)
             }
         }
     }
-    for (int rep = 0; rep < cfg.ping_reps; rep++) {
-        fprintf(stderr, "bench-ipc: idle-gap ping, repetition %d/%d\n", rep + 1, cfg.ping_reps);
-        for (int j = 0; j < NPING; j++) {
-            int i = method_order(j, rep, NPING);
-            char name[256];
-            snprintf(name, sizeof name, "ping %s", PING_ROWS[i]->label);
-            if (!filtered_in(name))
-                continue;
-            struct result *res = &pings[i][ping_counts[i]++];
-            double a = now_sec();
-            run_one(PING_ROWS[i], 1, PING_SIZE, MODE_PING, name, res);
-            fprintf(stderr, "  %s: p50 %.1f us, p99 %.1f us, %.2f s%s\n", name, res->p50 / 1e3,
-                    res->p99 / 1e3, now_sec() - a, res->error[0] ? "  DELIVERY FAILED" : "");
-            if (res->error[0] && failures++ < 32)
-                snprintf(errors[failures - 1], sizeof errors[0], "%s", res->error);
+    /* The ping rows in one run per repetition, sampled in turn. */
+    const struct row *prow[MAX_PATHS];
+    int pidx[MAX_PATHS], npings = 0;
+    for (int i = 0; i < NPING; i++) {
+        char name[256];
+        snprintf(name, sizeof name, "ping %s", PING_ROWS[i]->label);
+        if (filtered_in(name)) {
+            prow[npings] = PING_ROWS[i];
+            pidx[npings++] = i;
         }
+    }
+    for (int rep = 0; npings && rep < cfg.ping_reps; rep++) {
+        fprintf(stderr, "bench-ipc: idle-gap ping, %d rows in turn, repetition %d/%d\n", npings,
+                rep + 1, cfg.ping_reps);
+        struct result *res[MAX_PATHS];
+        for (int p = 0; p < npings; p++)
+            res[p] = &pings[pidx[p]][ping_counts[pidx[p]]++];
+        double a = now_sec();
+        run_pings(prow, npings, "idle-gap ping", res);
+        for (int p = 0; p < npings; p++)
+            fprintf(stderr, "  ping %s: p50 %.1f us, p99 %.1f us%s\n", prow[p]->label,
+                    res[p]->p50 / 1e3, res[p]->p99 / 1e3,
+                    res[p]->error[0] ? "  DELIVERY FAILED" : "");
+        fprintf(stderr, "  %.2f s\n", now_sec() - a);
+        if (res[0]->error[0] && failures++ < 32)
+            snprintf(errors[failures - 1], sizeof errors[0], "%s", res[0]->error);
     }
     double elapsed = watch_stop(&w);
 

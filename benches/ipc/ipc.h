@@ -11,6 +11,11 @@
  * shared): the start signal, the stop flag, the producers' counts, the
  * consumer's tally and its result. The producers send until the harness
  * raises `stop` (or, in smoke mode, a fixed count), then their end marker.
+ *
+ * The idle-gap pings run every ping row at once, sampled in turn: the
+ * consumer process sets up each row, with its producer, and runs each
+ * row's consumer on a thread of its own; the producers take turns, one
+ * ping of one row at a time (see `ping_owner`).
  */
 #ifndef BENCH_IPC_H
 #define BENCH_IPC_H
@@ -26,13 +31,15 @@
 
 #define STR_(x) #x
 #define STR(x) STR_(x)
-/* Idle-gap ping samples per run at the most. */
+/* Idle-gap ping samples per row and run at the most. */
 #define MAX_PING 4096
+/* Ping rows sampled in turn in one run at the most. */
+#define MAX_PATHS 4
 
 /* What the consumer does with each message. */
 enum mode {
     MODE_FLOOD, /* throughput: the producers send as fast as they can */
-    MODE_PING,  /* one producer, one 16-byte message after each idle gap */
+    MODE_PING,  /* one producer per row, one 16-byte message after each idle gap */
 };
 
 /* The page every process of a run shares (MAP_SHARED | MAP_ANONYMOUS,
@@ -45,10 +52,11 @@ struct shared {
     _Atomic int ready;                 /* processes (and threads) set up */
     /* Per producer: how many messages it sent before its end marker. */
     alignas(64) _Atomic uint64_t sent[MAX_PRODUCERS];
-    /* Ping: the last sequence the consumer received, plus one; the pings
-     * not sampled (warm-up), and those sampled. */
-    alignas(64) _Atomic uint64_t acked;
-    int ping_warm, ping_n;
+    /* Ping: the last sequence the consumer received, plus one (a futex
+     * the producers wait on for their turn); the pings not sampled
+     * (warm-up), those sampled, and the rows taking turns. */
+    alignas(64) _Atomic uint32_t acked;
+    int ping_warm, ping_n, npaths;
     /* The consumer's; the harness reads tally.seen while it runs. */
     alignas(64) struct tally tally;
     uint64_t next[MAX_PRODUCERS];
@@ -56,8 +64,12 @@ struct shared {
     char error[512];
     char note[160];
     double ctxsw; /* context switches of the consumer and producers, all run */
-    int nlat;
-    double lat[MAX_PING]; /* ping: one-way latency samples, ns */
+    /* Ping, per row: its consumer's tally, and its one-way latency samples
+     * (ns). */
+    struct tally ptally[MAX_PATHS];
+    uint64_t pnext[MAX_PATHS];
+    int nlat[MAX_PATHS];
+    double lat[MAX_PATHS][MAX_PING];
 };
 
 /* The consumer's side of a run. */
@@ -65,7 +77,8 @@ struct sink {
     enum mode mode;
     struct shared *sh;
     struct tally *t;
-    uint64_t ping_next; /* ping: the sequence due next */
+    int path;           /* ping: the row's index among those taking turns */
+    uint64_t ping_next; /* ping: the sequence due next for this row */
 };
 
 /* A ping message (16 bytes): the sequence, then the CLOCK_MONOTONIC time
@@ -75,6 +88,13 @@ static inline uint64_t mono_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Which of `n` rows sends ping `i`: one of each in turn, the order
+ * rotated per turn, so that none always goes first. */
+static inline int ping_owner(uint64_t i, int n)
+{
+    return (int)((i % (uint64_t)n + i / (uint64_t)n) % (uint64_t)n);
 }
 
 int ping_msg(struct sink *k, const void *data, size_t len);
