@@ -24,6 +24,9 @@ use super::memfd;
 #[repr(C, align(64))]
 pub(crate) struct Line(pub(crate) [AtomicU64; 8]);
 
+// `ZeroedLines::words` reads lines as words: no padding in a line.
+const _: () = assert!(std::mem::size_of::<Line>() == 8 * std::mem::size_of::<AtomicU64>());
+
 /// Lines come in 128-byte aligned pairs, so that a word kept alone on an
 /// even line shares no adjacent-line prefetch pair with another.
 const ALIGN: usize = 128;
@@ -144,6 +147,16 @@ impl<const H: usize> ZeroedLines<H> {
         })
     }
 
+    /// The `len` lines after the header as one run of words, 8 a line.
+    #[inline]
+    pub(crate) fn words(&self) -> &[AtomicU64] {
+        let lines: &[Line] = self;
+        // SAFETY: a `Line` is 8 words and nothing else (`repr(C)`, 64
+        // bytes: checked below), so `len` lines are `8 * len` consecutive
+        // words, borrowed for as long as the lines are.
+        unsafe { std::slice::from_raw_parts(lines.as_ptr().cast::<AtomicU64>(), lines.len() * 8) }
+    }
+
     /// The header.
     #[inline]
     pub(crate) fn header(&self) -> &[Line; H] {
@@ -161,18 +174,6 @@ impl<const H: usize> ZeroedLines<H> {
             return None;
         }
         Layout::from_size_align(bytes, ALIGN).ok()
-    }
-}
-
-impl<const H: usize> ZeroedLines<H> {
-    /// The `len` lines after the header as one run of words, 8 a line.
-    #[inline]
-    pub(crate) fn words(&self) -> &[AtomicU64] {
-        let lines: &[Line] = self;
-        // SAFETY: `Line` is `repr(C)` over `[AtomicU64; 8]` and exactly
-        // 64 bytes, so `len` lines are `8 * len` consecutive words, borrowed
-        // for as long as the lines are.
-        unsafe { std::slice::from_raw_parts(lines.as_ptr().cast::<AtomicU64>(), lines.len() * 8) }
     }
 }
 
