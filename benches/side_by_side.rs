@@ -45,8 +45,7 @@
 //! sleep, so the consumer's vCPU goes idle too), the paths sampled in turn
 //! (one wake-up of each, then the next) so that they share the machine's
 //! state, with the sender on one CPU and the consumers on another; and a
-//! ping-pong round trip over two channels against two
-//! eventfds.
+//! ping-pong round trip over two channels against two eventfds.
 //!
 //! The method (benches/method/mod.rs, shared with the other rate benches):
 //! every throughput row runs for a time, not a count (the producers send
@@ -1473,9 +1472,8 @@ fn wait_idle(tid: i32, pacing: Pacing) {
     }
 }
 
-/// The CPUs this thread may run on, and a setter: the idle wake-up paths
-/// put their sender on one CPU and every consumer on another, so that each
-/// path's wake-up crosses between the same two CPUs.
+/// The CPUs this thread may run on (the idle wake-up paths put their
+/// sender on the first and every consumer on the second).
 fn affinity() -> Option<libc::cpu_set_t> {
     // SAFETY: an all-zero cpu_set_t is a valid (empty) set, filled by the call.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
@@ -1484,9 +1482,16 @@ fn affinity() -> Option<libc::cpu_set_t> {
     (rc == 0).then_some(set)
 }
 
+/// Runs this thread on the CPUs of `set` only.
 fn set_affinity(set: &libc::cpu_set_t) {
     // SAFETY: `set` is a live cpu_set_t of the size passed.
-    unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(set), set) };
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(set), set) };
+    assert_eq!(
+        rc,
+        0,
+        "sched_setaffinity: {}",
+        std::io::Error::last_os_error()
+    );
 }
 
 /// The `nth` CPU (0 first, 1 second) of `set` alone; `None` if it has
