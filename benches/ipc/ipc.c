@@ -164,14 +164,6 @@ void endpoint_name(char *buf, size_t cap, const char *prefix)
 
 static struct shared *sh;
 
-static void futex_wait_set(_Atomic uint32_t *w)
-{
-    while (!atomic_load(w))
-        if (syscall(SYS_futex, w, FUTEX_WAIT, 0, NULL, NULL, 0) < 0 && errno != EAGAIN &&
-            errno != EINTR)
-            die("futex: %s", strerror(errno));
-}
-
 static void futex_wake_all(_Atomic uint32_t *w)
 {
     syscall(SYS_futex, w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
@@ -190,6 +182,12 @@ static void futex_wait_at_least(_Atomic uint32_t *w, uint32_t want)
         if (syscall(SYS_futex, w, FUTEX_WAIT, v, NULL, NULL, 0) < 0 && errno != EAGAIN &&
             errno != EINTR)
             die("futex: %s", strerror(errno));
+}
+
+/* Waits until futex_set(w). */
+static void futex_wait_set(_Atomic uint32_t *w)
+{
+    futex_wait_at_least(w, 1);
 }
 
 static void sleep_sec(double s)
