@@ -21,6 +21,9 @@
  *  - Timeouts are in nanoseconds: EVENTQ_FOREVER (-1) waits without limit,
  *    0 never waits (-EAGAIN instead), a positive value waits at most that long
  *    (-ETIMEDOUT).
+ *    A call on an in-process channel that has to wait while no other call
+ *    of its kind waits first looks again every 4 us, yielding the CPU in
+ *    between, for up to 16 us, then sleeps until woken.
  * <errno.h> is included for the codes.
  *  - fork(): the child must not call any eventq_* function on a handle it
  *    inherited (eventq_*_free included): their fds are shared with the

@@ -26,6 +26,11 @@ pub const SHARED_DEFAULT_MAX_MSG_SIZE: usize = 4096;
 pub type DropFn = Box<dyn Fn(&[u8]) + Send + Sync>;
 
 /// How long a send or receive may wait.
+///
+/// A call on an in-process channel that has to wait while no other call of
+/// its kind waits first looks again every 4 us, yielding the CPU in
+/// between, for up to 16 us (a sleeping thread takes longer than that to
+/// run again); then it sleeps until woken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wait {
     /// Never wait: `Error::WouldBlock` instead.

@@ -42,6 +42,15 @@ impl Deadline {
         }
     }
 
+    /// When it passes, if it ever does.
+    pub(super) fn instant(self) -> Option<Instant> {
+        match self {
+            Deadline::At(t) => Some(t),
+            Deadline::Now => Some(Instant::now()),
+            Deadline::Never => None,
+        }
+    }
+
     /// The error to return when the deadline has passed, if it has.
     pub(super) fn expired(self) -> Option<Error> {
         match self {
@@ -60,9 +69,11 @@ struct Sleepers {
 
 pub(super) struct Parking {
     /// Blocking receives that found the queue empty and have not returned
-    /// yet (looking again or asleep). Only a hint for whether to spin:
-    /// std's atomic, not loom's, since loom explores no spin.
+    /// yet (looking again or asleep). Only a hint for how to wait: std's
+    /// atomic, not loom's, since loom explores no spin.
     looking: std::sync::atomic::AtomicUsize,
+    /// Blocking sends that found it full, likewise.
+    looking_for_room: std::sync::atomic::AtomicUsize,
     waiting: Mutex<Sleepers>,
     /// Signalled when a message arrives or the channel closes.
     readable: Condvar,
@@ -74,6 +85,7 @@ impl Parking {
     pub(super) fn new() -> Parking {
         Parking {
             looking: std::sync::atomic::AtomicUsize::new(0),
+            looking_for_room: std::sync::atomic::AtomicUsize::new(0),
             waiting: Mutex::new(Sleepers {
                 receivers: 0,
                 senders: 0,
@@ -86,9 +98,13 @@ impl Parking {
     /// Counts a blocking receive in as waiting for a message, until the
     /// result is dropped.
     pub(super) fn look(&self) -> Looking<'_> {
-        self.looking
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Looking(&self.looking)
+        Looking::new(&self.looking)
+    }
+
+    /// Counts a blocking send in as waiting for room, until the result is
+    /// dropped.
+    pub(super) fn look_for_room(&self) -> Looking<'_> {
+        Looking::new(&self.looking_for_room)
     }
 
     /// Sleeps until a send or close announces itself, unless a message is
@@ -167,15 +183,23 @@ impl Parking {
     }
 }
 
-/// A blocking receive waiting for a message ([`Parking::look`]).
+/// A blocking receive waiting for a message ([`Parking::look`]), or a
+/// blocking send waiting for room ([`Parking::look_for_room`]).
 pub(super) struct Looking<'a>(&'a std::sync::atomic::AtomicUsize);
 
 impl Looking<'_> {
-    /// Whether another receive waits too: then messages are scarcer than
-    /// receivers, and one that spins takes the next message without a
-    /// wake-up. A lone receiver parks at once: spinning, it would take
-    /// each message as it lands and pull the ring's lines across CPUs for
-    /// every one, where parked it lets the sender queue a batch.
+    fn new(count: &std::sync::atomic::AtomicUsize) -> Looking<'_> {
+        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Looking(count)
+    }
+
+    /// Whether another call of its kind waits too. Receives with company
+    /// spin: messages are scarcer than receivers, and one that spins takes
+    /// the next message without a wake-up. A lone receive or send lingers
+    /// instead (`Linger`): spinning, it would take each message or slot as
+    /// it comes and pull the ring's lines across CPUs for every one. Sends
+    /// with company park at once: spinning, they would take the CPUs the
+    /// receivers need.
     pub(super) fn has_company(&self) -> bool {
         self.0.load(std::sync::atomic::Ordering::Relaxed) > 1
     }

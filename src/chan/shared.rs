@@ -9,7 +9,7 @@ use super::doorbell::{Doorbells, Edge, HEAD_SEND_LOWERED, TAIL_RECV_RAISED};
 use super::options::{DropFn, Stats, Wait};
 use super::parking::{Deadline, Parking, HEAD_SEND_WAITERS, TAIL_RECV_WAITERS};
 use super::ring::{Claimed, Flags, Payload, Pop, PushError, Ring, Word, TAIL_CLOSED};
-use super::shim::{AtomicUsize, Ordering, Spin};
+use super::shim::{AtomicUsize, Linger, Ordering, Spin};
 use crate::error::{Error, Result};
 
 /// The `head` flags that call for work when the queue drains to low water.
@@ -159,6 +159,7 @@ impl Shared {
         let mut deadline = None;
         let mut looking = None;
         let mut spin = Spin::new();
+        let mut linger = Linger::new();
         loop {
             match self.ring.pop(&accept, &mut *take) {
                 Pop::Took(c) => return Ok(c),
@@ -175,10 +176,18 @@ impl Shared {
                         }
                         return Err(e);
                     }
-                    // Spin only with company and while nobody polls the receive fd (0028).
+                    // While nobody polls the receive fd (0028): spin with
+                    // company, linger alone (0031); then park.
                     let looking = looking.get_or_insert_with(|| self.parking.look());
-                    if self.bells.recv_asleep() && looking.has_company() && spin.again() {
-                        continue;
+                    if self.bells.recv_asleep() {
+                        let again = if looking.has_company() {
+                            spin.again()
+                        } else {
+                            linger.again(deadline.instant())
+                        };
+                        if again {
+                            continue;
+                        }
                     }
                     self.parking.wait_for_message(&self.ring, deadline);
                 }
@@ -363,6 +372,8 @@ impl Shared {
         sh.check_len(first.len())?;
         let mut pushed = Pushed::default();
         let mut deadline = None;
+        let mut looking = None;
+        let mut linger = Linger::new();
         loop {
             match sh.try_push(first) {
                 Ok(c) => {
@@ -383,10 +394,30 @@ impl Shared {
                     if let Some(e) = deadline.expired() {
                         return Err(e);
                     }
+                    // A lone sender lingers until the queue drains to the
+                    // low-water mark, where a parked one would be woken;
+                    // then it refills in a run (0031).
+                    let looking = looking.get_or_insert_with(|| sh.parking.look_for_room());
+                    if !looking.has_company() && sh.linger_for_room(&mut linger, deadline) {
+                        continue;
+                    }
                     sh.parking.wait_for_room(&sh.ring, first.len(), deadline);
                 }
             }
         }
+    }
+
+    /// Waits, looking now and then, until the queue is at its low-water
+    /// mark or closed (true), or the linger is spent (false).
+    fn linger_for_room(&self, linger: &mut Linger, deadline: Deadline) -> bool {
+        while linger.again(deadline.instant()) {
+            if self.ring.at_low_water(0)
+                || self.ring.tail().load(Ordering::Relaxed).has(TAIL_CLOSED)
+            {
+                return true;
+            }
+        }
+        false
     }
 
     pub(super) fn recv_into(&self, buf: &mut [u8], wait: Wait) -> Result<usize> {
