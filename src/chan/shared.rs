@@ -29,6 +29,15 @@ pub(super) struct Shared {
     discarded: bool,
 }
 
+/// The error for a push that failed (a full queue is `WouldBlock`).
+fn refusal(e: PushError) -> Error {
+    match e {
+        PushError::Full => Error::WouldBlock,
+        PushError::Closed => Error::Closed,
+        PushError::NoMemory => Error::from_errno(libc::ENOMEM),
+    }
+}
+
 /// What one send call queued, for the doorbell work done once at its end.
 #[derive(Default)]
 pub(super) struct Pushed {
@@ -365,44 +374,51 @@ impl Shared {
         Ok(pushed.n)
     }
 
-    /// Queues a call's first message, waiting for room as `wait` says.
+    /// Queues a call's first message, waiting for room as `wait` says. The
+    /// first try is inlined; waiting is out of line, so that the send's hot
+    /// path stays the claim and the copy.
     #[inline(always)]
     fn push_first(&self, first: &[u8], wait: Wait) -> Result<Pushed> {
-        let sh = self;
-        sh.check_len(first.len())?;
+        self.check_len(first.len())?;
+        let c = match self.try_push(first) {
+            Ok(c) => c,
+            Err(PushError::Full) => self.push_waiting(first, wait)?,
+            Err(e) => return Err(refusal(e)),
+        };
         let mut pushed = Pushed::default();
+        pushed.add(&c);
+        Ok(pushed)
+    }
+
+    /// `push_first` after a try found the queue full.
+    #[cold]
+    #[inline(never)]
+    fn push_waiting(&self, first: &[u8], wait: Wait) -> Result<Claimed<()>> {
+        let sh = self;
         let mut deadline = None;
         let mut looking = None;
         let mut linger = Linger::new();
         loop {
-            match sh.try_push(first) {
-                Ok(c) => {
-                    pushed.add(&c);
-                    return Ok(pushed);
+            // No room: lower the send fd now, so a producer polling it
+            // sleeps until the queue drains instead of spinning and gets
+            // its raise as an event (D9). If room came back meanwhile, the
+            // fd may be up: try again instead.
+            if sh.settle_send(Some(first.len())) {
+                let deadline = *deadline.get_or_insert_with(|| Deadline::new(wait));
+                if let Some(e) = deadline.expired() {
+                    return Err(e);
                 }
-                Err(PushError::Closed) => return Err(Error::Closed),
-                Err(PushError::NoMemory) => return Err(Error::from_errno(libc::ENOMEM)),
-                Err(PushError::Full) => {
-                    // No room: lower the send fd now, so a producer polling
-                    // it sleeps until the queue drains instead of spinning
-                    // and gets its raise as an event (D9). If room came
-                    // back meanwhile, the fd may be up: try again instead.
-                    if !sh.settle_send(Some(first.len())) {
-                        continue;
-                    }
-                    let deadline = *deadline.get_or_insert_with(|| Deadline::new(wait));
-                    if let Some(e) = deadline.expired() {
-                        return Err(e);
-                    }
-                    // A lone sender lingers until the queue drains to the
-                    // low-water mark, where a parked one would be woken;
-                    // then it refills in a run (0031).
-                    let looking = looking.get_or_insert_with(|| sh.parking.look_for_room());
-                    if !looking.has_company() && sh.linger_for_room(&mut linger, deadline) {
-                        continue;
-                    }
+                // A lone sender lingers until the queue drains to the
+                // low-water mark, where a parked one would be woken; then
+                // it refills in a run (0031).
+                let looking = looking.get_or_insert_with(|| sh.parking.look_for_room());
+                if looking.has_company() || !sh.linger_for_room(&mut linger, deadline) {
                     sh.parking.wait_for_room(&sh.ring, first.len(), deadline);
                 }
+            }
+            match sh.try_push(first) {
+                Err(PushError::Full) => {}
+                other => return other.map_err(refusal),
             }
         }
     }
