@@ -52,14 +52,20 @@ fn say(msg: &str) {
 
 /// Not a test: the allocating child of `v1_threshold_oom_pressure_psi`,
 /// active only when that test runs this binary with EVENTQ_MEMCG_HOG set.
-/// Commands on stdin: "alloc <MiB>" allocates (and touches) up to that
-/// total, then answers "HOG at <MiB>"; EOF exits.
+/// Commands on stdin: "alloc <MiB>" touches memory up to that total, then
+/// answers "HOG at <MiB>"; EOF exits. The memory is reserved whole before
+/// the child joins the cgroup, so every charge after that is a page fault:
+/// a charge in a syscall (mmap's own kernel memory) at the limit fails
+/// with ENOMEM instead of entering the OOM wait, and the child would abort
+/// before the OOM notification.
 #[test]
 fn memcg_hog_helper() {
     if std::env::var_os("EVENTQ_MEMCG_HOG").is_none() {
         return;
     }
-    let mut held: Vec<Vec<u8>> = Vec::new();
+    const MAX: usize = 128 * MIB as usize;
+    // Large enough for malloc to map it, untouched until resized.
+    let mut held: Vec<u8> = Vec::with_capacity(MAX);
     println!("HOG ready {}", std::process::id());
     for line in io::stdin().lock().lines() {
         let line = line.unwrap();
@@ -67,11 +73,9 @@ fn memcg_hog_helper() {
             continue;
         };
         let want: usize = mib.trim().parse().unwrap();
-        while held.len() < want {
-            // vec![1; n] writes every byte, so every page is charged.
-            held.push(vec![1u8; MIB as usize]);
-        }
-        println!("HOG at {}", held.len());
+        // Writes every byte, so every page is charged.
+        held.resize(held.len().max((want * MIB as usize).min(MAX)), 1);
+        println!("HOG at {}", held.len() / MIB as usize);
     }
 }
 
@@ -180,7 +184,7 @@ impl Hog {
             .env("EVENTQ_MEMCG_HOG", "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::inherit()) // a child that fails says why
             .spawn()
             .expect("spawn the allocating child");
         let stdin = child.stdin.take().unwrap();

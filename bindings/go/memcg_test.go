@@ -32,15 +32,26 @@ import (
 const memcgHangGuard = 60 * time.Second
 
 // TestMemcgHogHelper is not a test: it is the allocating child of
-// TestMemcgV1, active only with EVENTQ_MEMCG_HOG set. "alloc <MiB>" maps
-// and touches memory up to that total and answers "HOG at <MiB>". The
-// memory is mmap'd, outside the Go heap, so neither the GC nor the race
-// detector's shadow memory changes what is charged to the cgroup.
+// TestMemcgV1, active only with EVENTQ_MEMCG_HOG set. "alloc <MiB>"
+// touches memory up to that total and answers "HOG at <MiB>". The memory
+// is mmap'd, outside the Go heap, so neither the GC nor the race
+// detector's shadow memory changes what is charged to the cgroup; and it
+// is mapped whole before the child joins the cgroup, so every charge
+// after that is a page fault. A charge in a syscall (mmap's own kernel
+// memory) at the limit fails with ENOMEM instead of entering the OOM
+// wait: the child would exit and the OOM notification never come.
 func TestMemcgHogHelper(t *testing.T) {
 	if os.Getenv("EVENTQ_MEMCG_HOG") == "" {
 		return
 	}
-	var held [][]byte
+	const maxMiB = 128
+	region, err := syscall.Mmap(-1, 0, maxMiB<<20, syscall.PROT_READ|syscall.PROT_WRITE,
+		syscall.MAP_PRIVATE|syscall.MAP_ANON|syscall.MAP_NORESERVE)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "allocating child: mmap %d MiB: %v\n", maxMiB, err)
+		os.Exit(3)
+	}
+	touched := 0 // bytes
 	fmt.Printf("HOG ready %d\n", os.Getpid())
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
@@ -49,18 +60,10 @@ func TestMemcgHogHelper(t *testing.T) {
 			continue
 		}
 		want, _ := strconv.Atoi(mib)
-		for len(held) < want {
-			m, err := syscall.Mmap(-1, 0, 1<<20, syscall.PROT_READ|syscall.PROT_WRITE,
-				syscall.MAP_PRIVATE|syscall.MAP_ANON)
-			if err != nil {
-				os.Exit(3)
-			}
-			for i := 0; i < len(m); i += 4096 {
-				m[i] = 1
-			}
-			held = append(held, m)
+		for ; touched < min(want, maxMiB)<<20; touched += 4096 {
+			region[touched] = 1
 		}
-		fmt.Printf("HOG at %d\n", len(held))
+		fmt.Printf("HOG at %d\n", touched>>20)
 	}
 	os.Exit(0)
 }
@@ -224,6 +227,7 @@ type hog struct {
 func startHog(t *testing.T) *hog {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestMemcgHogHelper$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "EVENTQ_MEMCG_HOG=1")
+	cmd.Stderr = os.Stderr // a child that fails says why
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -244,6 +248,29 @@ func startHog(t *testing.T) *hog {
 		close(h.lines)
 	}()
 	return h
+}
+
+// logCgroupOnFailure says, when t has failed, what the kernel shows of the
+// cgroup and whether the allocating child still runs: what a lost
+// notification needs to be told apart from a child that died.
+func logCgroupOnFailure(t *testing.T, dir string, h *hog) {
+	if !t.Failed() {
+		return
+	}
+	for _, f := range []string{"memory.usage_in_bytes", "memory.failcnt", "memory.oom_control", "cgroup.procs"} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		t.Logf("%s: %q %v", f, b, err)
+	}
+	// Z (zombie) is a child that exited; D or S one that waits.
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", h.cmd.Process.Pid))
+	for _, l := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(l, "State:") {
+			t.Logf("the allocating child: %s", l)
+		}
+	}
+	if err != nil {
+		t.Logf("the allocating child: %v", err)
+	}
 }
 
 // expect returns what follows prefix in the child's next line that has it.
@@ -343,6 +370,7 @@ func TestMemcgV1(t *testing.T) {
 
 	h := startHog(t)
 	defer h.kill()
+	defer logCgroupOnFailure(t, dir, h)
 	pid := h.expect(t, "HOG ready")
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(pid), 0); err != nil {
 		t.Fatal(err)
