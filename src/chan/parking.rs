@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use super::options::Wait;
 use super::ring::{Flags, Ring, TAIL_CLOSED};
-use super::shim::{fence, Condvar, Mutex, MutexGuard, Ordering};
+use super::shim::{fence, Condvar, LingerRecord, Mutex, MutexGuard, Ordering};
 use crate::error::Error;
 
 /// `tail`: a receiver may be blocked in the library, waiting for a message.
@@ -74,6 +74,9 @@ pub(super) struct Parking {
     looking: std::sync::atomic::AtomicUsize,
     /// Blocking sends that found it full, likewise.
     looking_for_room: std::sync::atomic::AtomicUsize,
+    /// Whether a lone receive's linger, and a lone send's, paid lately.
+    pub(super) recv_lingers: LingerRecord,
+    pub(super) send_lingers: LingerRecord,
     waiting: Mutex<Sleepers>,
     /// Signalled when a message arrives or the channel closes.
     readable: Condvar,
@@ -86,6 +89,8 @@ impl Parking {
         Parking {
             looking: std::sync::atomic::AtomicUsize::new(0),
             looking_for_room: std::sync::atomic::AtomicUsize::new(0),
+            recv_lingers: LingerRecord::new(),
+            send_lingers: LingerRecord::new(),
             waiting: Mutex::new(Sleepers {
                 receivers: 0,
                 senders: 0,

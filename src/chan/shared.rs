@@ -168,7 +168,7 @@ impl Shared {
         let mut deadline = None;
         let mut looking = None;
         let mut spin = Spin::new();
-        let mut linger = Linger::new();
+        let mut linger = Linger::new(&self.parking.recv_lingers);
         loop {
             match self.ring.pop(&accept, &mut *take) {
                 Pop::Took(c) => return Ok(c),
@@ -397,7 +397,7 @@ impl Shared {
         let sh = self;
         let mut deadline = None;
         let mut looking = None;
-        let mut linger = Linger::new();
+        let mut linger = Linger::new(&sh.parking.send_lingers);
         loop {
             // No room: lower the send fd now, so a producer polling it
             // sleeps until the queue drains instead of spinning and gets

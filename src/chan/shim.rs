@@ -139,12 +139,18 @@ impl Spin {
 /// or frees room within a few; and a look every few microseconds, not a
 /// spin on the ring's lines, lets that thread work undisturbed and leaves
 /// a batch to take in a run. Between looks it yields, so a peer that
-/// shares its CPU runs. loom explores no wait: each look is a call it
-/// explores anyway. Measured in decision 0031.
-pub(super) struct Linger {
-    #[cfg(not(loom))]
+/// shares its CPU runs. Where lingering has not paid lately (its side's
+/// `LingerRecord`), a wait parks at once: on a mostly idle channel each
+/// linger is CPU spent for nothing. loom explores no wait: each look is a
+/// call it explores anyway. Measured in decision 0031.
+#[cfg_attr(loom, allow(dead_code))]
+pub(super) struct Linger<'a> {
+    record: &'a LingerRecord,
     start: Option<std::time::Instant>,
     looks: u32,
+    /// Spent, skipped or cut short by a deadline: no more looks, and
+    /// nothing to record when dropped.
+    over: bool,
 }
 
 /// Between looks: at 1P1C an 8-byte sender queues a few hundred messages
@@ -154,27 +160,87 @@ const LOOK: std::time::Duration = std::time::Duration::from_micros(4);
 /// Looks before parking: 16 microseconds in all, about a wake-up's cost.
 #[cfg(not(loom))]
 const LOOKS: u32 = 4;
+/// Waits in a row whose linger ended in parking (or that parked at once),
+/// after which a side's waits park at once...
+#[cfg_attr(loom, allow(dead_code))]
+const MISSES: u32 = 8;
+/// ...except every `PROBE`-th, which lingers still, so that a channel
+/// busy again is found within that many waits.
+#[cfg_attr(loom, allow(dead_code))]
+const PROBE: u32 = 16;
 
-impl Linger {
-    pub(super) fn new() -> Linger {
+/// How a side's (receives' or sends') recent lingers went, shared by its
+/// calls: waits since the last linger that caught what it waited for.
+/// Only a hint (relaxed, races lose an update at worst): std's atomic, not
+/// loom's, like `Parking`'s counts.
+pub(super) struct LingerRecord(std::sync::atomic::AtomicU32);
+
+#[cfg_attr(loom, allow(dead_code))]
+impl LingerRecord {
+    pub(super) fn new() -> LingerRecord {
+        LingerRecord(std::sync::atomic::AtomicU32::new(0))
+    }
+
+    fn misses(&self) -> u32 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn missed(&self, misses: u32) {
+        self.0
+            .store(misses.wrapping_add(1), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn caught(&self) {
+        if self.misses() != 0 {
+            self.0.store(0, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a wait with this record should linger.
+    fn pays(misses: u32) -> bool {
+        misses < MISSES || misses % PROBE == 0
+    }
+}
+
+impl<'a> Linger<'a> {
+    pub(super) fn new(record: &'a LingerRecord) -> Linger<'a> {
         Linger {
-            #[cfg(not(loom))]
+            record,
             start: None,
             looks: 0,
+            over: false,
         }
     }
 
     /// Waits until the next look is due and returns true, or returns
-    /// false once the looks are spent or `deadline` would pass first.
+    /// false once the looks are spent, lingering has not paid lately, or
+    /// `deadline` would pass first.
     #[cfg(not(loom))]
     pub(super) fn again(&mut self, deadline: Option<std::time::Instant>) -> bool {
+        if self.over {
+            return false;
+        }
+        let start = match self.start {
+            Some(t) => t,
+            None => {
+                let misses = self.record.misses();
+                if !LingerRecord::pays(misses) {
+                    self.record.missed(misses);
+                    self.over = true;
+                    return false;
+                }
+                *self.start.insert(std::time::Instant::now())
+            }
+        };
         if self.looks >= LOOKS {
+            self.record.missed(self.record.misses());
+            self.over = true;
             return false;
         }
         self.looks += 1;
-        let start = *self.start.get_or_insert_with(std::time::Instant::now);
         let due = start + LOOK * self.looks;
         if deadline.is_some_and(|d| d < due) {
+            self.over = true;
             return false;
         }
         while std::time::Instant::now() < due {
@@ -185,8 +251,18 @@ impl Linger {
 
     #[cfg(loom)]
     pub(super) fn again(&mut self, _deadline: Option<std::time::Instant>) -> bool {
-        self.looks += 1;
         false
+    }
+}
+
+/// A linger that looked and was not over when the call stopped waiting
+/// caught what it waited for (or the close): it pays.
+#[cfg(not(loom))]
+impl Drop for Linger<'_> {
+    fn drop(&mut self) {
+        if self.looks > 0 && !self.over {
+            self.record.caught();
+        }
     }
 }
 
@@ -327,5 +403,60 @@ mod model {
         fn as_raw_fd(&self) -> RawFd {
             -1
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::{Linger, LingerRecord, LOOKS, MISSES, PROBE};
+
+    /// A wait that lingers until its looks are spent.
+    fn miss(record: &LingerRecord) -> u32 {
+        let mut linger = Linger::new(record);
+        let mut looks = 0;
+        while linger.again(None) {
+            looks += 1;
+        }
+        looks
+    }
+
+    /// Lingers that keep missing stop lingering, but for a probe every
+    /// `PROBE` waits; one that catches makes the next wait linger again.
+    #[test]
+    fn lingers_only_while_they_pay() {
+        let record = LingerRecord::new();
+        for _ in 0..MISSES {
+            assert_eq!(miss(&record), LOOKS);
+        }
+        let looks: Vec<u32> = (MISSES..2 * PROBE + 1).map(|_| miss(&record)).collect();
+        let probes: Vec<usize> = (0..looks.len()).filter(|&i| looks[i] > 0).collect();
+        let first = (PROBE - MISSES % PROBE) % PROBE;
+        assert_eq!(
+            probes,
+            [first as usize, (first + PROBE) as usize],
+            "{looks:?}"
+        );
+        // A probe that catches: the wait looked once, then took its message.
+        let mut linger = Linger::new(&record);
+        while record.misses() % PROBE != 0 {
+            assert!(!linger.again(None));
+            linger = Linger::new(&record);
+        }
+        assert!(linger.again(None));
+        drop(linger);
+        assert_eq!(record.misses(), 0);
+        assert_eq!(miss(&record), LOOKS);
+    }
+
+    /// A deadline that comes before the next look ends the linger without
+    /// counting it either way.
+    #[test]
+    fn a_deadline_cuts_the_linger_unrecorded() {
+        let record = LingerRecord::new();
+        let mut linger = Linger::new(&record);
+        assert!(!linger.again(Some(std::time::Instant::now())));
+        assert!(!linger.again(None));
+        drop(linger);
+        assert_eq!(record.misses(), 0);
     }
 }
