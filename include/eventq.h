@@ -24,7 +24,7 @@
  *    A call on an in-process channel that has to wait while no other call
  *    of its kind waits first looks again every 4 us, yielding the CPU in
  *    between, for up to 16 us, then sleeps until woken. Once such looks
- *    have missed in 8 waits in a row (a mostly idle channel), its calls of
+ *    have missed in 32 waits in a row (a mostly idle channel), its calls of
  *    that kind sleep at once, but for every 16th.
  * <errno.h> is included for the codes.
  *  - fork(): the child must not call any eventq_* function on a handle it

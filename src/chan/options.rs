@@ -31,7 +31,7 @@ pub type DropFn = Box<dyn Fn(&[u8]) + Send + Sync>;
 /// its kind waits first looks again every 4 us, yielding the CPU in
 /// between, for up to 16 us (a sleeping thread takes longer than that to
 /// run again); then it sleeps until woken. Once such looks have missed in
-/// 8 waits in a row (a mostly idle channel), its calls of that kind sleep
+/// 32 waits in a row (a mostly idle channel), its calls of that kind sleep
 /// at once, but for every 16th.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wait {
