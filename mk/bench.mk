@@ -81,8 +81,11 @@
 #                        path (send/recv_into with Wait::Forever) against the
 #                        epoll path (Wait::Never, epoll_wait on the receive
 #                        fd, poll on the send fd), 1P1C, 8 B and 1 KiB, with
-#                        the ratio per repetition. BLOCKING_ARGS: --reps N,
-#                        --row-time S, --quick, --size BYTES, --only PATH.
+#                        the ratio per repetition; then the CPU per message
+#                        of a mostly idle channel (a message every 5 us,
+#                        50 us, 1 ms) against crossbeam's blocking calls.
+#                        BLOCKING_ARGS: --reps N, --row-time S, --quick,
+#                        --size BYTES, --only PATH (or idle).
 #   make bench-async     benches/async_peers.rs (feature tokio): AsyncChan
 #                        against tokio::sync::mpsc and flume, async tasks on
 #                        a multi-thread Tokio runtime, 1P1C and 4P1C, 8 B
