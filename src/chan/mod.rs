@@ -9,6 +9,7 @@
 //! - `doorbell.rs`: the two eventfds, changed only on transitions (D4, D5,
 //!   D9);
 //! - `parking.rs`: threads blocked in the library, on condvars;
+//! - `waits.rs`: how a call waits a little before it tries again or parks;
 //! - `shared.rs`: what the handles share, and the work around each call's
 //!   claims;
 //! - `consumer.rs`: the loop's receive and the hand-on between consumers;
@@ -34,6 +35,7 @@ mod shared;
 mod shim;
 #[allow(unsafe_code)]
 mod slots;
+mod waits;
 
 use std::fmt;
 use std::os::fd::RawFd;

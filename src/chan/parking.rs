@@ -14,7 +14,8 @@ use std::time::Instant;
 
 use super::options::Wait;
 use super::ring::{Flags, Ring, TAIL_CLOSED};
-use super::shim::{fence, Condvar, LingerRecord, Mutex, MutexGuard, Ordering};
+use super::shim::{fence, Condvar, Mutex, MutexGuard, Ordering};
+use super::waits::LingerRecord;
 use crate::error::Error;
 
 /// `tail`: a receiver may be blocked in the library, waiting for a message.

@@ -24,8 +24,9 @@
 //!   it claims a slot, and a receiver gives them back after the head moved.
 
 use super::options::Limits;
-use super::shim::{fence, AtomicU64, Backoff, Ordering};
+use super::shim::{fence, AtomicU64, Ordering};
 use super::slots::{Buffers, PayloadWord, RingState, SlotRef, INLINE_MAX, INLINE_WORDS};
+use super::waits::Backoff;
 
 /// Flag bits below the position in `tail` and `head`.
 const FLAG_BITS: u32 = 3;

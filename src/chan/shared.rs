@@ -9,7 +9,8 @@ use super::doorbell::{Doorbells, Edge, HEAD_SEND_LOWERED, TAIL_RECV_RAISED};
 use super::options::{DropFn, Stats, Wait};
 use super::parking::{Deadline, Parking, HEAD_SEND_WAITERS, TAIL_RECV_WAITERS};
 use super::ring::{Claimed, Flags, Payload, Pop, PushError, Ring, Word, TAIL_CLOSED};
-use super::shim::{AtomicUsize, Linger, Ordering, Spin};
+use super::shim::{AtomicUsize, Ordering};
+use super::waits::{Linger, Spin};
 use crate::error::{Error, Result};
 
 /// The `head` flags that call for work when the queue drains to low water.

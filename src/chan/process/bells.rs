@@ -25,7 +25,8 @@ use super::ring::ShmRing;
 use crate::chan::doorbell::{
     settle_recv_on, settle_send_on, Edge, HEAD_SEND_LOWERED, TAIL_RECV_RAISED,
 };
-use crate::chan::shim::{AtomicU64, Backoff, EventFd, Ordering};
+use crate::chan::shim::{AtomicU64, EventFd, Ordering};
+use crate::chan::waits::Backoff;
 
 /// Settle the receive doorbell.
 pub(in crate::chan) const RECV: u64 = 1;
